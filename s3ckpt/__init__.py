@@ -1,0 +1,63 @@
+"""s3ckpt: durable, encrypted, content-addressed checkpoints for work that dies and resumes elsewhere.
+
+    key = s3ckpt.generate_key()
+    store = s3ckpt.open_store("s3://bucket/prefix", key=key)
+    writer = store.run("order-42").claim()
+    writer.commit({"step": 3}, artifacts={"model.bin": "/tmp/model.bin"})
+    store.run("order-42").latest().state  # {"step": 3}
+"""
+
+from .checkpoint import ArtifactNotFoundError, Checkpoint
+from .crypto import generate_key
+from .errors import (
+    BackendError,
+    ConfigurationError,
+    ConflictError,
+    DecryptionError,
+    EffectMismatchError,
+    FencedError,
+    IncompatibleSchemaError,
+    IntegrityError,
+    InvalidArtifactError,
+    InvalidRunIdError,
+    MissingKeyError,
+    RunDeletedError,
+    RunNotFoundError,
+    S3ckptError,
+    StepRejectedError,
+    UnknownOutcomeError,
+    UnsupportedBackendError,
+)
+from .log import Run, Writer
+from .store import Store, StoreOptions, open_store
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ArtifactNotFoundError",
+    "BackendError",
+    "Checkpoint",
+    "ConfigurationError",
+    "ConflictError",
+    "DecryptionError",
+    "EffectMismatchError",
+    "FencedError",
+    "IncompatibleSchemaError",
+    "IntegrityError",
+    "InvalidArtifactError",
+    "InvalidRunIdError",
+    "MissingKeyError",
+    "Run",
+    "RunDeletedError",
+    "RunNotFoundError",
+    "S3ckptError",
+    "StepRejectedError",
+    "Store",
+    "StoreOptions",
+    "UnknownOutcomeError",
+    "UnsupportedBackendError",
+    "Writer",
+    "__version__",
+    "generate_key",
+    "open_store",
+]

@@ -1,0 +1,104 @@
+"""The backend contract: a dozen methods over flat keys, with capabilities declared, not faked.
+
+Vocabulary follows obspec's conditional put: ``mode`` is ``"overwrite"``, ``"create"`` (create if
+absent, atomically) or ``Match(etag)`` (compare-and-swap). A backend that cannot do an operation
+atomically says so through :class:`Capabilities`, and callers that need it refuse to run.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class Match:
+    """Write only if the object's current etag equals ``etag`` (compare-and-swap)."""
+
+    etag: str
+
+
+PutMode = Literal["overwrite", "create"] | Match
+
+
+@dataclass(frozen=True)
+class PutResult:
+    etag: str | None = None
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    key: str
+    size: int
+    last_modified: datetime
+    etag: str | None = None
+
+
+@dataclass(frozen=True)
+class GetResult:
+    data: bytes
+    etag: str | None = None
+    metadata: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    #: ``put(mode="create")`` is atomic across processes and hosts: exactly one creator wins.
+    atomic_create: bool
+    #: ``put(mode=Match(etag))`` is a real compare-and-swap.
+    compare_and_swap: bool
+    #: ``put(metadata=...)`` is stored and returned by ``get``.
+    metadata: bool
+
+
+class Backend(abc.ABC):
+    """Flat key/value object storage under one prefix. Keys use ``/`` and never start with it."""
+
+    capabilities: Capabilities
+    #: A URL that names this backend in messages (never contains credentials).
+    url: str
+
+    @abc.abstractmethod
+    def get(self, key: str) -> GetResult:
+        """Return the object; raise ObjectNotFoundError if it does not exist."""
+
+    @abc.abstractmethod
+    def put(
+        self,
+        key: str,
+        data: bytes,
+        *,
+        mode: PutMode = "overwrite",
+        metadata: Mapping[str, str] | None = None,
+    ) -> PutResult:
+        """Write the object. ``create`` raises PreconditionFailedError if it exists; ``Match``
+        raises it if the etag differs or the object is missing. TransientBackendError means the
+        write may or may not have landed and is safe to retry."""
+
+    @abc.abstractmethod
+    def head(self, key: str) -> ObjectInfo | None:
+        """Size, age and etag of the object, or None when it does not exist."""
+
+    @abc.abstractmethod
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        """Every object whose key starts with ``prefix``, in lexicographic key order."""
+
+    @abc.abstractmethod
+    def list_dirs(self, prefix: str) -> Iterator[str]:
+        """The immediate "directory" names below ``prefix`` (which ends with ``/``)."""
+
+    @abc.abstractmethod
+    def delete(self, key: str) -> None:
+        """Remove the object; removing a missing object is not an error."""
+
+    def exists(self, key: str) -> bool:
+        return self.head(key) is not None
+
+    def close(self) -> None:  # noqa: B027 - optional hook, most backends hold nothing
+        """Release connections and pools."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.url!r})"

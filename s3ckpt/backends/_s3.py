@@ -1,0 +1,166 @@
+"""S3 through boto3, with real conditional headers.
+
+Create is ``If-None-Match: *`` and compare-and-swap is ``If-Match: <etag>``. botocore retries 5xx
+and timeouts by itself (standard or adaptive mode), so a PUT that landed can come back as 412 on
+its retry; the log layer resolves that with the write id it puts in every record. A 409
+ConditionalRequestConflict means a concurrent conditional write won the race on S3's side and
+ours did not land: it surfaces as TransientBackendError, which is safe to retry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+import boto3
+import botocore.config
+import botocore.exceptions
+
+from ..errors import (
+    BackendError,
+    ObjectNotFoundError,
+    PreconditionFailedError,
+    TransientBackendError,
+)
+from ._base import Backend, Capabilities, GetResult, Match, ObjectInfo, PutMode, PutResult
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+_TRANSIENT_NETWORK = (
+    botocore.exceptions.ConnectionError,
+    botocore.exceptions.HTTPClientError,
+    botocore.exceptions.ReadTimeoutError,
+)
+
+
+def _status(exc: botocore.exceptions.ClientError) -> int:
+    return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
+
+
+def _code(exc: botocore.exceptions.ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+class S3Backend(Backend):
+    capabilities = Capabilities(atomic_create=True, compare_and_swap=True, metadata=True)
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = "",
+        *,
+        endpoint_url: str | None = None,
+        region: str | None = None,
+        credentials: Mapping[str, str] | None = None,
+        retry_mode: str = "standard",
+        max_attempts: int = 5,
+        max_pool_connections: int = 16,
+        client: S3Client | None = None,
+    ) -> None:
+        self.bucket = bucket
+        self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
+        self.url = f"s3://{bucket}/{self.prefix}"
+        if client is None:
+            config = botocore.config.Config(
+                retries={"mode": retry_mode, "max_attempts": max_attempts},  # type: ignore[typeddict-item]
+                max_pool_connections=max_pool_connections,
+            )
+            session = boto3.session.Session(**dict(credentials or {}))
+            client = session.client(
+                "s3",
+                endpoint_url=endpoint_url,  # None lets botocore read AWS_ENDPOINT_URL(_S3)
+                region_name=region,
+                config=config,
+            )
+        self.client: S3Client = client
+
+    def _k(self, key: str) -> str:
+        return self.prefix + key
+
+    def _translate(self, exc: Exception, key: str) -> Exception:
+        if isinstance(exc, botocore.exceptions.ClientError):
+            status, code = _status(exc), _code(exc)
+            if status == 412 or code == "PreconditionFailed":
+                return PreconditionFailedError(key)
+            if status == 404 or code in ("NoSuchKey", "NotFound", "404"):
+                return ObjectNotFoundError(key)
+            if status == 409 or status >= 500 or code in ("SlowDown", "RequestTimeout"):
+                return TransientBackendError(f"S3 {code or status} on {key}: safe to retry")
+            return BackendError(f"S3 {code or status} on {self.url}{key}: {exc}")
+        if isinstance(exc, _TRANSIENT_NETWORK):
+            return TransientBackendError(f"network error on {key}: {exc}")
+        return exc
+
+    def get(self, key: str) -> GetResult:
+        try:
+            resp = self.client.get_object(Bucket=self.bucket, Key=self._k(key))
+            data = resp["Body"].read()
+        except (botocore.exceptions.ClientError, *_TRANSIENT_NETWORK) as exc:
+            raise self._translate(exc, key) from exc
+        return GetResult(data, resp.get("ETag"), resp.get("Metadata", {}))
+
+    def put(
+        self,
+        key: str,
+        data: bytes,
+        *,
+        mode: PutMode = "overwrite",
+        metadata: Mapping[str, str] | None = None,
+    ) -> PutResult:
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self._k(key), "Body": data}
+        if metadata:
+            kwargs["Metadata"] = dict(metadata)
+        if mode == "create":
+            kwargs["IfNoneMatch"] = "*"
+        elif isinstance(mode, Match):
+            kwargs["IfMatch"] = mode.etag
+        try:
+            resp = self.client.put_object(**kwargs)
+        except (botocore.exceptions.ClientError, *_TRANSIENT_NETWORK) as exc:
+            err = self._translate(exc, key)
+            if isinstance(mode, Match) and isinstance(err, ObjectNotFoundError):
+                err = PreconditionFailedError(key)
+            raise err from exc
+        return PutResult(resp.get("ETag"))
+
+    def head(self, key: str) -> ObjectInfo | None:
+        try:
+            resp = self.client.head_object(Bucket=self.bucket, Key=self._k(key))
+        except (botocore.exceptions.ClientError, *_TRANSIENT_NETWORK) as exc:
+            err = self._translate(exc, key)
+            if isinstance(err, ObjectNotFoundError):
+                return None
+            raise err from exc
+        return ObjectInfo(key, int(resp["ContentLength"]), resp["LastModified"], resp.get("ETag"))
+
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        paginator = self.client.get_paginator("list_objects_v2")
+        try:
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=self._k(prefix)):
+                for item in page.get("Contents", []):
+                    key = item["Key"][len(self.prefix) :]
+                    yield ObjectInfo(key, int(item["Size"]), item["LastModified"], item.get("ETag"))
+        except (botocore.exceptions.ClientError, *_TRANSIENT_NETWORK) as exc:
+            raise self._translate(exc, prefix) from exc
+
+    def list_dirs(self, prefix: str) -> Iterator[str]:
+        paginator = self.client.get_paginator("list_objects_v2")
+        full = self._k(prefix)
+        try:
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=full, Delimiter="/"):
+                for common in page.get("CommonPrefixes", []):
+                    yield common["Prefix"][len(full) :].rstrip("/")
+        except (botocore.exceptions.ClientError, *_TRANSIENT_NETWORK) as exc:
+            raise self._translate(exc, prefix) from exc
+
+    def delete(self, key: str) -> None:
+        try:
+            self.client.delete_object(Bucket=self.bucket, Key=self._k(key))
+        except (botocore.exceptions.ClientError, *_TRANSIENT_NETWORK) as exc:
+            err = self._translate(exc, key)
+            if not isinstance(err, ObjectNotFoundError):
+                raise err from exc
+
+    def close(self) -> None:
+        self.client.close()

@@ -1,0 +1,88 @@
+"""The validated, decrypted view of one committed checkpoint."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+from .errors import S3ckptError
+from .records import CommitRecord
+
+if TYPE_CHECKING:
+    from .blobs import BlobStore
+
+
+class ArtifactNotFoundError(S3ckptError, KeyError):
+    """The checkpoint has no artifact of that name."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class Checkpoint:
+    """One committed checkpoint of a run. ``state`` is already decoded; artifacts stream on demand."""
+
+    def __init__(self, record: CommitRecord, state: Any, blobs: BlobStore) -> None:
+        self._record = record
+        self._blobs = blobs
+        self.state = state
+
+    @property
+    def run_id(self) -> str:
+        return self._record.run_id
+
+    @property
+    def seq(self) -> int:
+        return self._record.seq
+
+    @property
+    def epoch(self) -> int:
+        return self._record.epoch
+
+    @property
+    def created_at(self) -> datetime:
+        return self._record.created_at
+
+    @property
+    def schema_version(self) -> int:
+        return self._record.schema_version
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        return dict(self._record.meta)
+
+    @property
+    def provenance(self) -> dict[str, Any]:
+        return dict(self._record.provenance)
+
+    @property
+    def artifacts(self) -> dict[str, int]:
+        """Artifact names and their sizes in bytes."""
+        return {name: manifest.size for name, manifest in self._record.artifacts.items()}
+
+    @property
+    def record(self) -> CommitRecord:
+        return self._record
+
+    def open_artifact(self, name: str) -> BinaryIO:
+        """A binary file that streams the artifact, verifying every chunk as it arrives."""
+        manifest = self._record.artifacts.get(name)
+        if manifest is None:
+            raise ArtifactNotFoundError(
+                f"checkpoint {self.run_id!r}@{self.seq} has no artifact {name!r}; it has: "
+                f"{', '.join(sorted(self._record.artifacts)) or 'none'}"
+            )
+        return self._blobs.open(manifest)  # type: ignore[return-value]
+
+    def read_artifact(self, name: str) -> bytes:
+        with self.open_artifact(name) as fh:
+            return fh.read()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The whole decoded record, with the state inline even when it was stored as chunks."""
+        out = self._record.model_dump(mode="json", exclude={"state_manifest"})
+        out["state"] = self.state
+        return out
+
+    def __repr__(self) -> str:
+        return f"Checkpoint(run_id={self.run_id!r}, seq={self.seq}, epoch={self.epoch})"

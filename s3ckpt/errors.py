@@ -1,0 +1,138 @@
+"""The error hierarchy: one root, and each error also inherits the builtin that fits.
+
+Every message says what is wrong and what to do about it. Errors carry the facts as attributes
+so that callers can act on them without parsing text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+class S3ckptError(Exception):
+    """Root of every error s3ckpt raises on purpose."""
+
+
+class ConfigurationError(S3ckptError, ValueError):
+    """The store was opened with options that cannot work (bad URL, missing key, unknown option)."""
+
+
+class MissingKeyError(ConfigurationError):
+    """No encryption key was given; encryption is never off."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "no encryption key: pass key=... to open_store, or set S3CKPT_KEY. "
+            "Make a new key with `s3ckpt key new` or s3ckpt.generate_key(), and keep it somewhere safe: "
+            "without it the checkpoints cannot be read."
+        )
+
+
+class BackendError(S3ckptError, OSError):
+    """The storage backend failed in a way that retrying did not fix."""
+
+
+class ObjectNotFoundError(BackendError, FileNotFoundError):
+    """An object the caller asked for does not exist."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"object not found: {key}")
+        self.key = key
+
+
+class PreconditionFailedError(BackendError):
+    """A conditional write lost: the object exists (create) or changed (compare-and-swap)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"precondition failed for {key}")
+        self.key = key
+
+
+class TransientBackendError(BackendError):
+    """A write may or may not have landed and is safe to retry (409 ConditionalRequestConflict, 5xx)."""
+
+
+class UnsupportedBackendError(ConfigurationError):
+    """The backend lacks a capability that the operation needs (for example an atomic create)."""
+
+
+class ConflictError(S3ckptError):
+    """A sequence number of the run was already taken by another writer."""
+
+    def __init__(self, message: str, *, run_id: str, seq: int) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        self.seq = seq
+
+
+class FencedError(ConflictError):
+    """A newer writer claimed the run; this writer may not commit any more."""
+
+    def __init__(self, *, run_id: str, seq: int, epoch: int, newer_epoch: int) -> None:
+        super().__init__(
+            f"run {run_id!r}: writer with epoch {epoch} was fenced by a newer claim (epoch {newer_epoch}) "
+            f"at seq {seq}; this process must stop writing. Claim the run again only if you are sure the "
+            "other writer is gone.",
+            run_id=run_id,
+            seq=seq,
+        )
+        self.epoch = epoch
+        self.newer_epoch = newer_epoch
+
+
+class RunDeletedError(FencedError):
+    """The run was deleted after this writer claimed it."""
+
+
+class IntegrityError(S3ckptError, ValueError):
+    """Stored data does not match what was written: bad MAC or hash, broken chain, missing object."""
+
+    def __init__(self, message: str, *, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+class DecryptionError(IntegrityError):
+    """The key does not open this store (wrong key), or a key file is damaged."""
+
+
+class IncompatibleSchemaError(S3ckptError, ValueError):
+    """A record or store from a newer or unknown format, or a version change with no migration."""
+
+    def __init__(self, message: str, *, found: Any = None, supported: Any = None) -> None:
+        super().__init__(message)
+        self.found = found
+        self.supported = supported
+
+
+class UnknownOutcomeError(S3ckptError, RuntimeError):
+    """Effects whose outcome is unknown and for which no reconciler was given."""
+
+    def __init__(self, message: str, *, effects: Sequence[Any] = ()) -> None:
+        super().__init__(message)
+        self.effects = list(effects)
+
+
+class EffectMismatchError(S3ckptError, ValueError):
+    """The same idempotency key was used with a different payload."""
+
+
+class StepRejectedError(S3ckptError, RuntimeError):
+    """A step's acceptance check failed; the resume point did not advance."""
+
+
+class RunNotFoundError(S3ckptError, KeyError):
+    """The run, or the sequence number asked for, does not exist."""
+
+    def __str__(self) -> str:
+        # KeyError's __str__ adds quotes around the message; keep the message readable.
+        return str(self.args[0]) if self.args else ""
+
+
+class InvalidRunIdError(S3ckptError, ValueError):
+    """A run id that cannot be stored (empty, or not a string)."""
+
+
+class InvalidArtifactError(S3ckptError, ValueError):
+    """An artifact or state value that cannot be checkpointed."""

@@ -1,0 +1,429 @@
+"""A run's append-only log and the commit protocol (docs/FORMAT.md, "Commit protocol").
+
+Record ``n`` is committed when the create-if-absent write of ``log/<n>`` succeeds, and not before.
+``HEAD`` is written last and read as a hint: readers start there and probe forward until a miss.
+
+Fencing: every record carries the writer's epoch. ``claim()`` appends a claim record with an epoch
+higher than any before it, so an older writer's next create hits an existing key, reads it, sees
+the higher epoch and raises FencedError. A retried PUT that landed comes back as 412; every record
+carries a unique write id, and a 412 whose stored record has our write id is our own success.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import pydantic
+
+from . import codec
+from ._names import encode_run_id, head_key, log_key, parse_seq, run_prefix
+from .backends import Match
+from .blobs import WriteStats, open_source
+from .checkpoint import Checkpoint
+from .errors import (
+    BackendError,
+    ConflictError,
+    FencedError,
+    IntegrityError,
+    InvalidArtifactError,
+    ObjectNotFoundError,
+    PreconditionFailedError,
+    RunDeletedError,
+    RunNotFoundError,
+    TransientBackendError,
+    UnsupportedBackendError,
+)
+from .records import RECORD_SCHEMA_VERSION, CommitRecord, HeadPointer, Manifest
+
+if TYPE_CHECKING:
+    from .store import Store
+
+log = logging.getLogger("s3ckpt")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A record as loaded, with the SHA-256 of its stored bytes (what the next record chains to)."""
+
+    record: CommitRecord
+    digest: str
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Run:
+    """A handle on one run's log. Cheap to make; every method reads storage afresh."""
+
+    def __init__(self, store: Store, run_id: str) -> None:
+        encode_run_id(run_id)  # validates
+        self.store = store
+        self.run_id = run_id
+
+    def __repr__(self) -> str:
+        return f"Run({self.run_id!r})"
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def _load(self, seq: int) -> Entry | None:
+        key = log_key(self.run_id, seq)
+        try:
+            data = self.store.backend.get(key).data
+        except ObjectNotFoundError:
+            return None
+        record = codec.decode_record(self.store.cipher, data, run_id=self.run_id, seq=seq, key=key)
+        return Entry(record, _digest(data))
+
+    def _read_head(self) -> tuple[HeadPointer | None, str | None]:
+        key = head_key(self.run_id)
+        try:
+            got = self.store.backend.get(key)
+        except ObjectNotFoundError:
+            return None, None
+        return codec.decode_head(self.store.cipher, got.data, run_id=self.run_id, key=key), got.etag
+
+    def _listed_seqs(self) -> list[int]:
+        prefix = run_prefix(self.run_id) + "log/"
+        seqs = (parse_seq(info.key[len(prefix) :]) for info in self.store.backend.list(prefix))
+        return sorted(s for s in seqs if s is not None)
+
+    def _tail(self) -> tuple[Entry | None, str | None]:
+        """The last record of the log (found from HEAD, then by probing forward) and HEAD's etag."""
+        head, etag = self._read_head()
+        if head is not None:
+            start = head.seq
+        else:
+            listed = self._listed_seqs()
+            if not listed:
+                # A listing can lag a create on some stores; a probe of seq 0 cannot.
+                first = self._load(0)
+                if first is None:
+                    return None, None
+                listed = [0]
+            start = listed[-1]
+        # Fetch the named record and probe the next one at once: one round trip, not two.
+        current_f = self.store.pool.submit(self._load, start)
+        probe_f: Future[Entry | None] = self.store.pool.submit(self._load, start + 1)
+        current = current_f.result()
+        if current is None:
+            probe_f.cancel()
+            raise IntegrityError(
+                f"run {self.run_id!r}: HEAD names seq {start} but that record is missing; "
+                "run `s3ckpt verify` (records are never deleted by s3ckpt while a run exists)",
+                key=log_key(self.run_id, start),
+            )
+        nxt = probe_f.result()
+        while nxt is not None:
+            if nxt.record.prev != current.digest:
+                raise IntegrityError(
+                    f"run {self.run_id!r}: record {nxt.record.seq} does not chain to record {current.record.seq}",
+                    key=log_key(self.run_id, nxt.record.seq),
+                )
+            current, nxt = nxt, self._load(nxt.record.seq + 1)
+        return current, etag
+
+    def _checkpoint(self, record: CommitRecord) -> Checkpoint:
+        state: Any = record.state
+        if record.state_manifest is not None:
+            raw = self.store.blobs.read_all(record.state_manifest)
+            try:
+                state = json.loads(raw)
+            except (ValueError, RecursionError) as exc:
+                raise IntegrityError(f"run {self.run_id!r}@{record.seq}: stored state is not valid JSON: {exc}") from None
+        return Checkpoint(record, state, self.store.blobs)
+
+    def latest(self) -> Checkpoint | None:
+        """The latest committed checkpoint, validated; None if the run has none (or was deleted)."""
+        entry, _ = self._tail()
+        if entry is None or entry.record.kind == "deleted" or entry.record.checkpoint_seq is None:
+            return None
+        record = entry.record
+        if record.checkpoint_seq != record.seq:
+            target = self._load(record.checkpoint_seq)  # type: ignore[arg-type]
+            if target is None or target.record.kind != "checkpoint":
+                raise IntegrityError(
+                    f"run {self.run_id!r}: record {record.seq} names checkpoint {record.checkpoint_seq}, "
+                    "which is missing or not a checkpoint"
+                )
+            record = target.record
+        return self._checkpoint(record)
+
+    def get(self, seq: int) -> Checkpoint:
+        entry = self._load(seq)
+        if entry is None:
+            raise RunNotFoundError(f"run {self.run_id!r} has no record at seq {seq}")
+        if entry.record.kind != "checkpoint":
+            raise RunNotFoundError(f"seq {seq} of run {self.run_id!r} is a {entry.record.kind} record, not a checkpoint")
+        return self._checkpoint(entry.record)
+
+    def records(self) -> Iterator[CommitRecord]:
+        """Every record, oldest first, with the hash chain checked from seq 0."""
+        seqs = self._listed_seqs()
+        if not seqs:
+            return
+        last = seqs[-1]
+        prev: str | None = None
+        pending: list[Future[Entry | None]] = []
+        depth = self.store.options.concurrency
+        next_seq = 0
+        while next_seq <= last or pending:
+            while next_seq <= last and len(pending) < depth:
+                pending.append(self.store.pool.submit(self._load, next_seq))
+                next_seq += 1
+            entry = pending.pop(0).result()
+            if entry is None:
+                raise IntegrityError(f"run {self.run_id!r}: a record below seq {last} is missing")
+            if entry.record.prev != prev:
+                raise IntegrityError(
+                    f"run {self.run_id!r}: record {entry.record.seq} does not chain to the record before it",
+                    key=log_key(self.run_id, entry.record.seq),
+                )
+            prev = entry.digest
+            yield entry.record
+        # Records committed after the listing are picked up by probing, as readers do.
+        while (entry := self._load(last + 1)) is not None:
+            if entry.record.prev != prev:
+                raise IntegrityError(f"run {self.run_id!r}: record {last + 1} does not chain")
+            prev, last = entry.digest, last + 1
+            yield entry.record
+
+    def history(self) -> Iterator[Checkpoint]:
+        """Every checkpoint, oldest first."""
+        for record in self.records():
+            if record.kind == "checkpoint":
+                yield self._checkpoint(record)
+
+    def exists(self) -> bool:
+        return self._tail()[0] is not None
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def _require_atomic_create(self) -> None:
+        if not self.store.backend.capabilities.atomic_create:
+            raise UnsupportedBackendError(
+                f"{self.store.backend.url} cannot create objects atomically, so it cannot guarantee that "
+                "exactly one writer commits each seq. Use s3://, a local directory or memory://."
+            )
+
+    def _put_record(self, record: CommitRecord) -> tuple[Entry, bool]:
+        """Create ``log/<seq>``. Returns the entry now at that seq and whether it is ours."""
+        data = codec.encode_record(self.store.cipher, record)
+        key = log_key(self.run_id, record.seq)
+        attempts = self.store.options.commit_attempts
+        for attempt in range(attempts):
+            try:
+                self.store.backend.put(key, data, mode="create", metadata={"s3ckpt-write-id": record.write_id})
+                return Entry(record, _digest(data)), True
+            except TransientBackendError as exc:
+                # 409, 5xx or a lost connection: the write may have landed. Retrying with the same
+                # bytes is safe; if it had landed, the retry gets 412 and the read-back says ours.
+                if attempt == attempts - 1:
+                    raise
+                log.info("retrying commit of %s after %s", key, exc)
+                time.sleep(min(0.05 * 2**attempt, 2.0) * (0.5 + secrets.randbelow(1000) / 1000))
+            except PreconditionFailedError:
+                existing = self._load(record.seq)
+                if existing is None:  # vanished between the 412 and the read: treat as transient
+                    continue
+                return existing, existing.record.write_id == record.write_id
+        raise BackendError(f"could not create {key} after {attempts} attempts")
+
+    def claim(self, **provenance: Any) -> Writer:
+        """Become the run's writer: append a claim record with a higher epoch, fencing older writers."""
+        self._require_atomic_create()
+        try:
+            provenance = json.loads(json.dumps(provenance, allow_nan=False))
+        except (TypeError, ValueError) as exc:
+            raise InvalidArtifactError(f"provenance must be JSON-compatible: {exc}") from None
+        writer_id = secrets.token_hex(8)
+        for _ in range(64):
+            tail, head_etag = self._tail()
+            seq = tail.record.seq + 1 if tail else 0
+            epoch = tail.record.epoch + 1 if tail else 1
+            live = tail is not None and tail.record.kind != "deleted"
+            record = CommitRecord(
+                schema_version=RECORD_SCHEMA_VERSION,
+                kind="claim",
+                run_id=self.run_id,
+                seq=seq,
+                epoch=epoch,
+                writer_id=writer_id,
+                write_id=secrets.token_hex(16),
+                prev=tail.digest if tail else None,
+                created_at=_now(),
+                checkpoint_seq=tail.record.checkpoint_seq if live and tail else None,
+                provenance=provenance,
+            )
+            entry, ours = self._put_record(record)
+            if not ours:
+                continue  # another writer appended meanwhile: claim above it
+            writer = Writer(self, entry, head_etag=head_etag)
+            writer._move_head(seq)
+            return writer
+        raise ConflictError(f"run {self.run_id!r}: could not claim after 64 attempts", run_id=self.run_id, seq=-1)
+
+
+class Writer:
+    """The only process allowed to append to a run, until another claims it. Thread-safe."""
+
+    def __init__(self, run: Run, claim: Entry, *, head_etag: str | None) -> None:
+        self.run = run
+        self.epoch = claim.record.epoch
+        self.writer_id = claim.record.writer_id
+        self.provenance = dict(claim.record.provenance)
+        self._next_seq = claim.record.seq + 1
+        self._prev = claim.digest
+        self._checkpoint_seq = claim.record.checkpoint_seq
+        self._head_etag = head_etag
+        self._parent: CommitRecord | None = None
+        self._parent_loaded = claim.record.checkpoint_seq is None
+        self._lock = threading.Lock()
+        self._stopped: ConflictError | None = None
+        self.last_stats = WriteStats()
+
+    @property
+    def next_seq(self) -> int:
+        return self._next_seq
+
+    def _known_chunks(self) -> dict[str, int]:
+        """Chunks the parent checkpoint references: stored and kept alive by a committed record."""
+        if not self._parent_loaded:
+            entry = self.run._load(self._checkpoint_seq)  # type: ignore[arg-type]
+            self._parent = entry.record if entry else None
+            self._parent_loaded = True
+        known: dict[str, int] = {}
+        if self._parent is not None:
+            manifests = list(self._parent.artifacts.values())
+            if self._parent.state_manifest is not None:
+                manifests.append(self._parent.state_manifest)
+            for manifest in manifests:
+                known.update((c.id, c.size) for c in manifest.chunks)
+        return known
+
+    def commit(
+        self,
+        state: Any = None,
+        *,
+        artifacts: Mapping[str, Any] | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> Checkpoint:
+        """Commit the next checkpoint. Raises FencedError if a newer writer claimed the run."""
+        with self._lock:
+            if self._stopped is not None:
+                raise self._stopped
+            normalized, state_text = _json_state(state)
+            state_value = normalized
+            meta_value = _json_value(dict(meta or {}), "meta")
+            store = self.run.store
+            stats = WriteStats()
+            known = self._known_chunks() if artifacts or len(state_text) > store.options.inline_limit else {}
+            state_manifest: Manifest | None = None
+            if len(state_text) > store.options.inline_limit:
+                state_manifest = store.blobs.write(state_text.encode("utf-8"), known, stats)
+                state_value = None
+            manifests: dict[str, Manifest] = {}
+            for name, value in (artifacts or {}).items():
+                if not isinstance(name, str) or not name:
+                    raise InvalidArtifactError(f"artifact names are non-empty strings, not {name!r}")
+                source, close = open_source(value)
+                try:
+                    manifests[name] = store.blobs.write(source, known, stats)
+                finally:
+                    close()
+            seq = self._next_seq
+            record = CommitRecord(
+                schema_version=RECORD_SCHEMA_VERSION,
+                kind="checkpoint",
+                run_id=self.run.run_id,
+                seq=seq,
+                epoch=self.epoch,
+                writer_id=self.writer_id,
+                write_id=secrets.token_hex(16),
+                prev=self._prev,
+                created_at=_now(),
+                checkpoint_seq=seq,
+                state=state_value,
+                state_manifest=state_manifest,
+                artifacts=manifests,
+                meta=meta_value,
+                provenance=self.provenance,
+            )
+            entry, ours = self.run._put_record(record)
+            if not ours:
+                self._stopped = self._conflict(entry)
+                raise self._stopped
+            self._next_seq, self._prev = seq + 1, entry.digest
+            self._checkpoint_seq, self._parent, self._parent_loaded = seq, record, True
+            self.last_stats = stats
+            self._move_head(seq)
+            return Checkpoint(record, normalized, store.blobs)
+
+    def _conflict(self, existing: Entry) -> ConflictError:
+        other = existing.record
+        if other.kind == "deleted":
+            return RunDeletedError(run_id=self.run.run_id, seq=other.seq, epoch=self.epoch, newer_epoch=other.epoch)
+        if other.epoch > self.epoch:
+            return FencedError(run_id=self.run.run_id, seq=other.seq, epoch=self.epoch, newer_epoch=other.epoch)
+        return ConflictError(
+            f"run {self.run.run_id!r}: seq {other.seq} was committed by another writer with the same epoch "
+            f"({other.epoch}); claim the run again to continue",
+            run_id=self.run.run_id,
+            seq=other.seq,
+        )
+
+    def _move_head(self, seq: int) -> None:
+        """Point HEAD at ``seq``; a hint, so failures are logged, never raised."""
+        run = self.run
+        backend = run.store.backend
+        data = codec.encode_head(run.store.cipher, run.run_id, HeadPointer(schema_version=RECORD_SCHEMA_VERSION, seq=seq))
+        key = head_key(run.run_id)
+        try:
+            if not backend.capabilities.compare_and_swap:
+                backend.put(key, data)
+                return
+            for _ in range(4):
+                try:
+                    mode = Match(self._head_etag) if self._head_etag else "create"
+                    self._head_etag = backend.put(key, data, mode=mode).etag
+                    return
+                except PreconditionFailedError:
+                    current, self._head_etag = run._read_head()
+                    if current is not None and current.seq >= seq:
+                        return  # someone already moved it past us
+        except (BackendError, IntegrityError, pydantic.ValidationError) as exc:
+            log.warning("could not move HEAD of run %r to %d: %s", run.run_id, seq, exc)
+
+
+def _json_value(value: Any, what: str) -> Any:
+    try:
+        return json.loads(json.dumps(value, allow_nan=False, ensure_ascii=False))
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise InvalidArtifactError(f"{what} must be JSON-compatible (dict, list, str, int, float, bool, None): {exc}") from None
+
+
+def _json_state(state: Any) -> tuple[Any, str]:
+    """The state as a JSON value and as text; pydantic models are dumped in JSON mode."""
+    if isinstance(state, pydantic.BaseModel):
+        state = state.model_dump(mode="json")
+    try:
+        text = json.dumps(state, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise InvalidArtifactError(
+            f"state must be JSON-compatible data or a pydantic model: {exc}. Put binary data in artifacts=."
+        ) from None
+    return json.loads(text), text

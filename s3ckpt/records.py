@@ -1,0 +1,117 @@
+"""Pydantic models of every persisted structure. Validation is strict: wrong types, missing and
+unexpected fields are errors, never silent defaults.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
+
+from ._names import check_blob_id
+
+#: The format version of the store layout (config, keys, blobs, runs).
+FORMAT_VERSION = 1
+#: The schema version of commit records and pointers.
+RECORD_SCHEMA_VERSION = 1
+
+Seq = Annotated[int, Field(ge=0, lt=10**20)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class ChunkRef(_Strict):
+    id: str
+    size: Annotated[int, Field(ge=0, le=1 << 31)]
+
+    @field_validator("id")
+    @classmethod
+    def _valid_id(cls, value: str) -> str:
+        return check_blob_id(value)
+
+
+class Manifest(_Strict):
+    """A byte stream stored as content-addressed chunks, in order."""
+
+    size: Annotated[int, Field(ge=0, lt=1 << 60)]
+    chunks: tuple[ChunkRef, ...]
+
+
+class ChunkerParams(_Strict):
+    algorithm: Literal["fastcdc2020"] = "fastcdc2020"
+    avg_size: Annotated[int, Field(ge=256, le=4 << 20)]
+    min_size: Annotated[int, Field(ge=64, le=1 << 20)]
+    max_size: Annotated[int, Field(ge=1024, le=16 << 20)]
+
+
+class StoreConfig(_Strict):
+    """``config``: plaintext, written once with create-if-absent."""
+
+    format: Literal["s3ckpt"] = "s3ckpt"
+    version: int
+    store_id: Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")]
+    created_at: datetime
+    chunker: ChunkerParams
+    cipher: Literal["aes-256-gcm/hmac-sha256-subkey"] = "aes-256-gcm/hmac-sha256-subkey"
+    content_id: Literal["blake3-keyed"] = "blake3-keyed"
+    compression: Literal["zstd"] = "zstd"
+    #: HMAC over the fields above under a key derived from the master key: proves the key
+    #: matches and that nobody edited the parameters.
+    key_check: str = ""
+
+
+class ScryptParams(_Strict):
+    n: Annotated[int, Field(ge=1 << 14, le=1 << 22)]
+    r: Annotated[int, Field(ge=1, le=32)]
+    p: Annotated[int, Field(ge=1, le=16)]
+
+
+class KeyFile(_Strict):
+    """``keys/<id>``: the master key wrapped by one user key (restic's model)."""
+
+    version: Literal[1] = 1
+    key_id: Annotated[str, Field(pattern=r"^[0-9a-f]{16}$")]
+    store_id: str
+    kind: Literal["raw", "passphrase", "kms"]
+    created_at: datetime
+    label: str = ""
+    #: raw keys: a keyed fingerprint, so opening tries only the matching file.
+    fingerprint: str | None = None
+    salt: str | None = None
+    scrypt: ScryptParams | None = None
+    kms_key_id: str | None = None
+    nonce: str | None = None
+    wrapped: str
+
+
+class CommitRecord(_Strict):
+    """``runs/<run>/log/<seq>``: one entry of a run's append-only log."""
+
+    schema_version: int
+    kind: Literal["claim", "checkpoint", "deleted"]
+    run_id: str
+    seq: Seq
+    epoch: Annotated[int, Field(ge=1, lt=1 << 62)]
+    writer_id: str
+    #: Unique per write attempt: a 412 on a retried PUT is ours if the stored record carries it.
+    write_id: str
+    #: SHA-256 of the previous record's stored bytes; None only at seq 0.
+    prev: str | None
+    created_at: datetime
+    #: The seq of the latest checkpoint at or before this record (None before the first).
+    checkpoint_seq: Seq | None
+    state: JsonValue = None
+    state_manifest: Manifest | None = None
+    artifacts: dict[str, Manifest] = Field(default_factory=dict)
+    meta: dict[str, JsonValue] = Field(default_factory=dict)
+    provenance: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+class HeadPointer(_Strict):
+    """``runs/<run>/HEAD``: the seq of the latest record when it was written. Only a hint."""
+
+    schema_version: int
+    seq: Seq

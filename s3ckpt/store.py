@@ -1,0 +1,278 @@
+"""Opening a store: find or create its config, unwrap the master key, hand out runs."""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import botocore.exceptions
+import pydantic
+
+from ._names import decode_run_id, parse_seq
+from .backends import Backend, open_backend
+from .blobs import DEFAULT_CHUNKER, BlobStore
+from .crypto import Cipher
+from .errors import (
+    ConfigurationError,
+    DecryptionError,
+    IncompatibleSchemaError,
+    IntegrityError,
+    ObjectNotFoundError,
+    PreconditionFailedError,
+    UnsupportedBackendError,
+)
+from .keyring import KmsKey, UserKey, matches, parse_key, unwrap_master_key, wrap_master_key
+from .log import Run
+from .records import FORMAT_VERSION, ChunkerParams, KeyFile, StoreConfig
+
+log = logging.getLogger("s3ckpt")
+
+
+@dataclass(frozen=True)
+class StoreOptions:
+    """Tuning knobs, each with a default that suits both S3 and a local disk."""
+
+    #: Threads for chunk uploads and downloads (and at most 2x this many chunks in memory).
+    concurrency: int = 8
+    #: States whose JSON is larger than this are stored as chunks instead of inside the record.
+    inline_limit: int = 64 << 10
+    #: Attempts at one log create when the backend reports a transient failure.
+    commit_attempts: int = 8
+
+
+_BACKEND_OPTIONS = (
+    "endpoint_url", "region", "credentials", "retry_mode", "max_attempts",
+    "max_pool_connections", "storage_options", "fsync",
+)  # fmt: skip
+
+
+class Store:
+    """A checkpoint store: one config, one master key, many runs."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        config: StoreConfig,
+        master_key: bytes,
+        *,
+        options: StoreOptions,
+        kms_client: Callable[[], Any] | None = None,
+    ) -> None:
+        self.backend = backend
+        self.config = config
+        self.options = options
+        self.cipher = Cipher(master_key, config.store_id)
+        self._master_key = master_key
+        self._kms_client = kms_client
+        self.pool = ThreadPoolExecutor(max_workers=options.concurrency, thread_name_prefix="s3ckpt")
+        self.blobs = BlobStore(backend, self.cipher, config.chunker, self.pool, max_inflight=2 * options.concurrency)
+
+    def __repr__(self) -> str:
+        return f"Store({self.backend.url!r}, id={self.config.store_id})"
+
+    def run(self, run_id: str) -> Run:
+        """A handle on one run's log; any non-empty string is a valid run id."""
+        return Run(self, run_id)
+
+    def runs(self) -> Iterator[str]:
+        """Every run id in the store (in the order of their encoded names)."""
+        for segment in self.backend.list_dirs("runs/"):
+            run_id = decode_run_id(segment)
+            if run_id is None:
+                run_id = self._run_id_from_records(segment)
+            if run_id is not None:
+                yield run_id
+
+    def _run_id_from_records(self, segment: str) -> str | None:
+        # A hashed name cannot be decoded: the run id lives, authenticated, in each record.
+        from . import codec
+
+        prefix = f"runs/{segment}/log/"
+        for info in self.backend.list(prefix):
+            seq = parse_seq(info.key[len(prefix) :])
+            if seq is None:
+                continue
+            sealed = self.backend.get(info.key).data
+            return codec.peek_run_id(self.cipher, sealed, segment=segment, seq=seq, key=info.key)
+        return None
+
+    # -- keys --------------------------------------------------------------------------------
+
+    def add_key(self, key: str | bytes, *, label: str = "") -> str:
+        """Wrap the master key under another user key; returns the new key file's id."""
+        keyfile = wrap_master_key(
+            self._master_key, parse_key(key), store_id=self.config.store_id, kms_client=self._kms_client, label=label
+        )
+        self.backend.put(f"keys/{keyfile.key_id}", keyfile.model_dump_json().encode(), mode="create")
+        return keyfile.key_id
+
+    def keys(self) -> list[KeyFile]:
+        return _load_keyfiles(self.backend, self.config.store_id)
+
+    def remove_key(self, key_id: str) -> None:
+        remaining = [k for k in self.keys() if k.key_id != key_id]
+        if len(remaining) == len(self.keys()):
+            raise ConfigurationError(f"no key file {key_id!r} in this store; `s3ckpt key list` shows them")
+        if not remaining:
+            raise ConfigurationError("refusing to remove the last key: the store could never be opened again")
+        self.backend.delete(f"keys/{key_id}")
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
+        self.backend.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _config_check_message(config: StoreConfig) -> bytes:
+    return config.model_copy(update={"key_check": ""}).model_dump_json().encode()
+
+
+def _load_config(backend: Backend) -> StoreConfig | None:
+    try:
+        raw = backend.get("config").data
+    except ObjectNotFoundError:
+        return None
+    try:
+        version = pydantic.TypeAdapter(dict[str, Any]).validate_json(raw).get("version")
+    except pydantic.ValidationError:
+        raise IntegrityError(f"{backend.url}config is not a valid s3ckpt config", key="config") from None
+    if isinstance(version, int) and version > FORMAT_VERSION:
+        raise IncompatibleSchemaError(
+            f"the store at {backend.url} has format version {version}; this s3ckpt reads up to "
+            f"{FORMAT_VERSION}. Upgrade s3ckpt to open it.",
+            found=version,
+            supported=FORMAT_VERSION,
+        )
+    try:
+        return StoreConfig.model_validate_json(raw)
+    except pydantic.ValidationError as exc:
+        raise IntegrityError(f"{backend.url}config is not a valid s3ckpt config: {exc.errors()[0]['msg']}") from None
+
+
+def _load_keyfiles(backend: Backend, store_id: str) -> list[KeyFile]:
+    found = []
+    for info in backend.list("keys/"):
+        try:
+            keyfile = KeyFile.model_validate_json(backend.get(info.key).data)
+        except (pydantic.ValidationError, ObjectNotFoundError):
+            log.warning("ignoring unreadable key file %s", info.key)
+            continue
+        if keyfile.store_id == store_id:
+            found.append(keyfile)
+    return found
+
+
+def _kms_factory(region: str | None, endpoint_url: str | None) -> Callable[[], Any]:
+    def make() -> Any:
+        import boto3
+
+        return boto3.client("kms", region_name=region, endpoint_url=endpoint_url)
+
+    return make
+
+
+def _unwrap(backend: Backend, config: StoreConfig, user_key: UserKey, kms: Callable[[], Any]) -> bytes:
+    candidates = [k for k in _load_keyfiles(backend, config.store_id) if matches(k, user_key)]
+    for keyfile in candidates:
+        try:
+            return unwrap_master_key(keyfile, user_key, kms_client=kms)
+        except DecryptionError:
+            continue
+        except botocore.exceptions.ClientError as exc:
+            log.info("KMS refused key file %s: %s", keyfile.key_id, exc.response.get("Error", {}).get("Code"))
+            continue
+    kind = type(user_key).__name__.replace("Key", "").lower()
+    raise DecryptionError(
+        f"the given {kind} key does not open the store at {backend.url} (tried {len(candidates)} matching key "
+        "file(s)). Use a key that was added to this store; `s3ckpt key list` shows which kinds exist, and "
+        "`s3ckpt key add` (run with a working key) adds another."
+    )
+
+
+def open_store(
+    url: str | None = None,
+    *,
+    key: str | bytes | None = None,
+    create: bool = True,
+    chunker: ChunkerParams | None = None,
+    kms_endpoint_url: str | None = None,
+    concurrency: int | None = None,
+    inline_limit: int | None = None,
+    commit_attempts: int | None = None,
+    backend: Backend | None = None,
+    **backend_options: Any,
+) -> Store:
+    """Open the store at ``url`` (default ``$S3CKPT_URL``, else ``./.s3ckpt``), creating it if absent.
+
+    ``key`` is a key from generate_key(), 32 raw bytes, ``env:NAME``, ``passphrase:...`` or
+    ``kms:<id|arn|alias>``; default ``$S3CKPT_KEY``. ``backend_options`` go to the backend:
+    endpoint_url, region, credentials, retry_mode, max_attempts, max_pool_connections (S3),
+    storage_options (fsspec), fsync (local directory).
+    """
+    user_key = parse_key(key)
+    if backend is None:
+        backend = open_backend(url, **backend_options)
+    elif backend_options:
+        raise ConfigurationError("pass either backend= or backend options, not both")
+    defaults = StoreOptions()
+    options = StoreOptions(
+        concurrency=concurrency or defaults.concurrency,
+        inline_limit=defaults.inline_limit if inline_limit is None else inline_limit,
+        commit_attempts=commit_attempts or defaults.commit_attempts,
+    )
+    kms = _kms_factory(backend_options.get("region"), kms_endpoint_url or os.environ.get("AWS_ENDPOINT_URL_KMS"))
+    config = _load_config(backend)
+    if config is None:
+        if not create:
+            raise ConfigurationError(f"there is no s3ckpt store at {backend.url}; create one with `s3ckpt init`")
+        config, master = _create(backend, user_key, chunker or DEFAULT_CHUNKER, kms)
+        if master is not None:
+            return Store(backend, config, master, options=options, kms_client=kms)
+    master = _unwrap(backend, config, user_key, kms)
+    store = Store(backend, config, master, options=options, kms_client=kms)
+    if not secrets.compare_digest(store.cipher.key_check(_config_check_message(config)), config.key_check):
+        store.close()
+        raise IntegrityError(
+            f"the config of {backend.url} fails its key check: it was edited, or a key file belongs to "
+            "another store. Restore the config from a backup.",
+            key="config",
+        )
+    return store
+
+
+def _create(
+    backend: Backend, user_key: UserKey, chunker: ChunkerParams, kms: Callable[[], Any]
+) -> tuple[StoreConfig, bytes | None]:
+    """Create config and first key file. Returns the winner's config and, if we won, the master key."""
+    if not backend.capabilities.atomic_create:
+        raise UnsupportedBackendError(f"{backend.url} cannot create objects atomically; s3ckpt cannot commit there")
+    master = os.urandom(32)
+    store_id = secrets.token_hex(16)
+    keyfile = wrap_master_key(master, user_key, store_id=store_id, kms_client=kms if isinstance(user_key, KmsKey) else None)
+    # The key file goes first: a config is never visible without a key that opens it.
+    backend.put(f"keys/{keyfile.key_id}", keyfile.model_dump_json().encode(), mode="create")
+    draft = StoreConfig(version=FORMAT_VERSION, store_id=store_id, created_at=datetime.now(UTC), chunker=chunker)
+    config = draft.model_copy(update={"key_check": Cipher(master, store_id).key_check(_config_check_message(draft))})
+    try:
+        backend.put("config", config.model_dump_json().encode(), mode="create")
+    except PreconditionFailedError:
+        # Another process created the store first: ours is an orphan key file for no store.
+        backend.delete(f"keys/{keyfile.key_id}")
+        winner = _load_config(backend)
+        if winner is None:
+            raise IntegrityError("config vanished while creating the store", key="config") from None
+        return winner, None
+    return config, master
