@@ -72,7 +72,7 @@ class Checkpoint:
                 f"checkpoint {self.run_id!r}@{self.seq} has no artifact {name!r}; it has: "
                 f"{', '.join(sorted(self._record.artifacts)) or 'none'}"
             )
-        return self._blobs.open(manifest)  # type: ignore[return-value]
+        return self._blobs.open(manifest)
 
     def read_artifact(self, name: str) -> bytes:
         with self.open_artifact(name) as fh:

@@ -27,7 +27,7 @@ import pydantic
 
 from . import codec
 from ._names import encode_run_id, head_key, log_key, parse_seq, run_prefix
-from .backends import Match
+from .backends import Match, PutMode
 from .blobs import WriteStats, open_source
 from .checkpoint import Checkpoint
 from .errors import (
@@ -398,7 +398,7 @@ class Writer:
                 return
             for _ in range(4):
                 try:
-                    mode = Match(self._head_etag) if self._head_etag else "create"
+                    mode: PutMode = Match(self._head_etag) if self._head_etag else "create"
                     self._head_etag = backend.put(key, data, mode=mode).etag
                     return
                 except PreconditionFailedError:

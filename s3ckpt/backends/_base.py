@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
+from ..errors import BackendError
+
 
 @dataclass(frozen=True)
 class Match:
@@ -52,6 +54,13 @@ class Capabilities:
     compare_and_swap: bool
     #: ``put(metadata=...)`` is stored and returned by ``get``.
     metadata: bool
+
+
+def check_key(key: str) -> str:
+    """Refuse keys that a filesystem (or a path-normalising proxy) could resolve outside the prefix."""
+    if not key or key.startswith("/") or any(part in ("", ".", "..") for part in key.split("/")):
+        raise BackendError(f"refusing a key that could escape the store: {key!r}")
+    return key
 
 
 class Backend(abc.ABC):

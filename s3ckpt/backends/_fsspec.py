@@ -13,12 +13,11 @@ from typing import Any
 import fsspec
 
 from ..errors import (
-    BackendError,
     ObjectNotFoundError,
     PreconditionFailedError,
     UnsupportedBackendError,
 )
-from ._base import Backend, Capabilities, GetResult, ObjectInfo, PutMode, PutResult
+from ._base import Backend, Capabilities, GetResult, ObjectInfo, PutMode, PutResult, check_key
 
 # Protocols whose open(mode="xb") is a server-side create-if-absent.
 _ATOMIC_XB = frozenset({"s3", "s3a"})
@@ -49,9 +48,7 @@ class FsspecBackend(Backend):
         )
 
     def _p(self, key: str) -> str:
-        if not key or key.startswith("/") or any(p in ("", ".", "..") for p in key.split("/")):
-            raise BackendError(f"refusing a key that could escape the store: {key!r}")
-        return f"{self.root}/{key}"
+        return f"{self.root}/{check_key(key)}"
 
     def get(self, key: str) -> GetResult:
         try:

@@ -17,8 +17,8 @@ from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ..errors import BackendError, ConfigurationError, ObjectNotFoundError, PreconditionFailedError
-from ._base import Backend, Capabilities, GetResult, Match, ObjectInfo, PutMode, PutResult
+from ..errors import ConfigurationError, ObjectNotFoundError, PreconditionFailedError
+from ._base import Backend, Capabilities, GetResult, Match, ObjectInfo, PutMode, PutResult, check_key
 
 _TMP = ".tmp-"
 _LOCK = ".lock-"
@@ -40,10 +40,7 @@ class LocalBackend(Backend):
             raise ConfigurationError(f"{self.root} exists and is not a directory; choose another path")
 
     def _path(self, key: str) -> Path:
-        parts = key.split("/")
-        if not key or key.startswith("/") or any(p in ("", ".", "..") for p in parts):
-            raise BackendError(f"refusing a key that could escape the store: {key!r}")
-        return self.root.joinpath(*parts)
+        return self.root.joinpath(*check_key(key).split("/"))
 
     def get(self, key: str) -> GetResult:
         path = self._path(key)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from ..errors import ObjectNotFoundError, PreconditionFailedError
-from ._base import Backend, Capabilities, GetResult, Match, ObjectInfo, PutMode, PutResult
+from ._base import Backend, Capabilities, GetResult, Match, ObjectInfo, PutMode, PutResult, check_key
 
 
 @dataclass
@@ -42,6 +42,7 @@ class MemoryBackend(Backend):
         self.url = f"memory://{name}"
 
     def get(self, key: str) -> GetResult:
+        check_key(key)
         with self._space.lock:
             obj = self._space.objects.get(key)
         if obj is None:
@@ -56,6 +57,7 @@ class MemoryBackend(Backend):
         mode: PutMode = "overwrite",
         metadata: Mapping[str, str] | None = None,
     ) -> PutResult:
+        check_key(key)
         data = bytes(data)
         with self._space.lock:
             current = self._space.objects.get(key)

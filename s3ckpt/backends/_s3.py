@@ -10,7 +10,7 @@ ours did not land: it surfaces as TransientBackendError, which is safe to retry.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import boto3
 import botocore.config
@@ -22,7 +22,7 @@ from ..errors import (
     PreconditionFailedError,
     TransientBackendError,
 )
-from ._base import Backend, Capabilities, GetResult, Match, ObjectInfo, PutMode, PutResult
+from ._base import Backend, Capabilities, GetResult, Match, ObjectInfo, PutMode, PutResult, check_key
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -53,7 +53,7 @@ class S3Backend(Backend):
         endpoint_url: str | None = None,
         region: str | None = None,
         credentials: Mapping[str, str] | None = None,
-        retry_mode: str = "standard",
+        retry_mode: Literal["standard", "adaptive", "legacy"] = "standard",
         max_attempts: int = 5,
         max_pool_connections: int = 16,
         client: S3Client | None = None,
@@ -63,10 +63,10 @@ class S3Backend(Backend):
         self.url = f"s3://{bucket}/{self.prefix}"
         if client is None:
             config = botocore.config.Config(
-                retries={"mode": retry_mode, "max_attempts": max_attempts},  # type: ignore[typeddict-item]
+                retries={"mode": retry_mode, "max_attempts": max_attempts},
                 max_pool_connections=max_pool_connections,
             )
-            session = boto3.session.Session(**dict(credentials or {}))
+            session = boto3.session.Session(**dict(credentials or {}))  # type: ignore[arg-type]
             client = session.client(
                 "s3",
                 endpoint_url=endpoint_url,  # None lets botocore read AWS_ENDPOINT_URL(_S3)
@@ -76,7 +76,7 @@ class S3Backend(Backend):
         self.client: S3Client = client
 
     def _k(self, key: str) -> str:
-        return self.prefix + key
+        return self.prefix + check_key(key)
 
     def _translate(self, exc: Exception, key: str) -> Exception:
         if isinstance(exc, botocore.exceptions.ClientError):
