@@ -63,6 +63,13 @@ def check_key(key: str) -> str:
     return key
 
 
+def check_prefix(prefix: str) -> str:
+    """A listing prefix may be empty or end in ``/``, but may not climb out either."""
+    if prefix.startswith("/") or any(part in (".", "..") for part in prefix.split("/")):
+        raise BackendError(f"refusing a prefix that could escape the store: {prefix!r}")
+    return prefix
+
+
 class Backend(abc.ABC):
     """Flat key/value object storage under one prefix. Keys use ``/`` and never start with it."""
 

@@ -22,7 +22,7 @@ from ..errors import (
     PreconditionFailedError,
     TransientBackendError,
 )
-from ._base import Backend, Capabilities, GetResult, Match, ObjectInfo, PutMode, PutResult, check_key
+from ._base import Backend, Capabilities, GetResult, Match, ObjectInfo, PutMode, PutResult, check_key, check_prefix
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -137,7 +137,7 @@ class S3Backend(Backend):
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
         paginator = self.client.get_paginator("list_objects_v2")
         try:
-            for page in paginator.paginate(Bucket=self.bucket, Prefix=self._k(prefix)):
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=self.prefix + check_prefix(prefix)):
                 for item in page.get("Contents", []):
                     key = item["Key"][len(self.prefix) :]
                     yield ObjectInfo(key, int(item["Size"]), item["LastModified"], item.get("ETag"))
@@ -146,7 +146,7 @@ class S3Backend(Backend):
 
     def list_dirs(self, prefix: str) -> Iterator[str]:
         paginator = self.client.get_paginator("list_objects_v2")
-        full = self._k(prefix)
+        full = self.prefix + check_prefix(prefix)
         try:
             for page in paginator.paginate(Bucket=self.bucket, Prefix=full, Delimiter="/"):
                 for common in page.get("CommonPrefixes", []):
