@@ -113,10 +113,10 @@ def test_botocore_retry_hook_in_process(s3ckpt_key: str) -> None:
         def force_retry(response: Any, attempts: int, request_dict: Mapping[str, Any], **_: Any) -> float | None:
             url = str(request_dict.get("url", ""))
             http = response[0] if response else None
-            if "/log/" in url and not forced and isinstance(http, botocore.awsrequest.AWSResponse):
-                if http.status_code == 200:
-                    forced.append(attempts)
-                    return 0.0  # botocore sleeps 0 s and sends the same PUT again
+            landed = isinstance(http, botocore.awsrequest.AWSResponse) and http.status_code == 200
+            if "/log/" in url and not forced and landed:
+                forced.append(attempts)
+                return 0.0  # botocore sleeps 0 s and sends the same PUT again
             return None
 
         client = store.backend.client  # type: ignore[attr-defined]
@@ -140,7 +140,9 @@ class _LandsThenFails(Backend):
     def get(self, key: str) -> GetResult:
         return self.inner.get(key)
 
-    def put(self, key: str, data: bytes, *, mode: PutMode = "overwrite", metadata: Mapping[str, str] | None = None) -> PutResult:
+    def put(
+        self, key: str, data: bytes, *, mode: PutMode = "overwrite", metadata: Mapping[str, str] | None = None
+    ) -> PutResult:
         result = self.inner.put(key, data, mode=mode, metadata=metadata)
         with self.lock:
             first = "/log/" in key and key not in self.seen
