@@ -119,7 +119,7 @@ def key_list(ctx: typer.Context) -> None:
 
     def go() -> None:
         with c.open() as store:
-            keys = store.keys()
+            keys = store.key_files()
             rows = [
                 {"key_id": k.key_id, "kind": k.kind, "label": k.label, "created_at": k.created_at.isoformat()}
                 for k in keys

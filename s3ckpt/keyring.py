@@ -166,6 +166,7 @@ def unwrap_master_key(keyfile: KeyFile, user_key: UserKey, *, kms_client: KmsCli
             if kms_client is None:
                 raise ConfigurationError("kms: keys need boto3 KMS access")
             resp = kms_client().decrypt(
+                KeyId=user_key.key_id,  # KMS then refuses ciphertext made under any other key
                 CiphertextBlob=base64.b64decode(keyfile.wrapped),
                 EncryptionContext={"s3ckpt:store": keyfile.store_id, "s3ckpt:key": keyfile.key_id},
             )

@@ -27,7 +27,7 @@ from .errors import (
     PreconditionFailedError,
     UnsupportedBackendError,
 )
-from .keyring import KmsKey, UserKey, matches, parse_key, unwrap_master_key, wrap_master_key
+from .keyring import UserKey, matches, parse_key, unwrap_master_key, wrap_master_key
 from .log import Run
 from .records import FORMAT_VERSION, ChunkerParams, KeyFile, StoreConfig
 
@@ -112,12 +112,12 @@ class Store:
         self.backend.put(f"keys/{keyfile.key_id}", keyfile.model_dump_json().encode(), mode="create")
         return keyfile.key_id
 
-    def keys(self) -> list[KeyFile]:
+    def key_files(self) -> list[KeyFile]:
         return _load_keyfiles(self.backend, self.config.store_id)
 
     def remove_key(self, key_id: str) -> None:
-        remaining = [k for k in self.keys() if k.key_id != key_id]
-        if len(remaining) == len(self.keys()):
+        remaining = [k for k in self.key_files() if k.key_id != key_id]
+        if len(remaining) == len(self.key_files()):
             raise ConfigurationError(f"no key file {key_id!r} in this store; `s3ckpt key list` shows them")
         if not remaining:
             raise ConfigurationError("refusing to remove the last key: the store could never be opened again")
@@ -194,6 +194,8 @@ def _unwrap(backend: Backend, config: StoreConfig, user_key: UserKey, kms: Calla
         except botocore.exceptions.ClientError as exc:
             log.info("KMS refused key file %s: %s", keyfile.key_id, exc.response.get("Error", {}).get("Code"))
             continue
+        except botocore.exceptions.NoRegionError:
+            raise ConfigurationError("kms: keys need an AWS region: pass region= or set AWS_DEFAULT_REGION") from None
     kind = type(user_key).__name__.replace("Key", "").lower()
     raise DecryptionError(
         f"the given {kind} key does not open the store at {backend.url} (tried {len(candidates)} matching key "
@@ -261,7 +263,13 @@ def _create(
         raise UnsupportedBackendError(f"{backend.url} cannot create objects atomically; s3ckpt cannot commit there")
     master = os.urandom(32)
     store_id = secrets.token_hex(16)
-    keyfile = wrap_master_key(master, user_key, store_id=store_id, kms_client=kms if isinstance(user_key, KmsKey) else None)
+    try:
+        keyfile = wrap_master_key(master, user_key, store_id=store_id, kms_client=kms)
+    except botocore.exceptions.NoRegionError:
+        raise ConfigurationError("kms: keys need an AWS region: pass region= or set AWS_DEFAULT_REGION") from None
+    except botocore.exceptions.ClientError as exc:
+        code = exc.response.get("Error", {}).get("Code")
+        raise ConfigurationError(f"KMS refused to wrap the new store's key ({code}); check the key id and IAM") from None
     # The key file goes first: a config is never visible without a key that opens it.
     backend.put(f"keys/{keyfile.key_id}", keyfile.model_dump_json().encode(), mode="create")
     draft = StoreConfig(version=FORMAT_VERSION, store_id=store_id, created_at=datetime.now(UTC), chunker=chunker)

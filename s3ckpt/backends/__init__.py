@@ -59,7 +59,8 @@ def open_backend(url: str | None = None, **options: Any) -> Backend:
 
 
 def _reject_unknown(options: Mapping[str, Any], allowed: tuple[str, ...], url: str) -> None:
-    unknown = sorted(k for k, v in options.items() if k not in allowed and v is not None)
+    # region also serves kms: keys, so it is welcome whatever the backend.
+    unknown = sorted(k for k, v in options.items() if k not in (*allowed, "region") and v is not None)
     if unknown:
         raise ConfigurationError(
             f"option(s) {', '.join(unknown)} do not apply to {url!r}; this backend takes: "
