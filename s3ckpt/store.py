@@ -116,8 +116,9 @@ class Store:
         return _load_keyfiles(self.backend, self.config.store_id)
 
     def remove_key(self, key_id: str) -> None:
-        remaining = [k for k in self.key_files() if k.key_id != key_id]
-        if len(remaining) == len(self.key_files()):
+        files = self.key_files()
+        remaining = [k for k in files if k.key_id != key_id]
+        if len(remaining) == len(files):
             raise ConfigurationError(f"no key file {key_id!r} in this store; `s3ckpt key list` shows them")
         if not remaining:
             raise ConfigurationError("refusing to remove the last key: the store could never be opened again")

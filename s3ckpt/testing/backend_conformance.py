@@ -12,11 +12,12 @@ import threading
 import pytest
 
 from ..backends import Backend, Match
-from ..errors import BackendError, ObjectNotFoundError, PreconditionFailedError
+from ..errors import BackendError, ObjectNotFoundError, PreconditionFailedError, UnsupportedBackendError
 
 
 class BackendConformance:
-    """Behaviour every backend that claims ``atomic_create`` and ``compare_and_swap`` must show."""
+    """Behaviour every backend must show; where a capability is not declared, using it must raise
+    UnsupportedBackendError rather than fake it."""
 
     def test_get_missing_raises_not_found(self, backend: Backend) -> None:
         with pytest.raises(ObjectNotFoundError):
@@ -38,7 +39,10 @@ class BackendConformance:
 
     def test_compare_and_swap(self, backend: Backend) -> None:
         if not backend.capabilities.compare_and_swap:
-            pytest.skip("backend declares no compare-and-swap")  # pragma: no cover
+            # A backend without CAS must say so when asked, never silently overwrite.
+            with pytest.raises(UnsupportedBackendError):
+                backend.put("p", b"v1", mode=Match('"any"'))
+            return
         etag = backend.put("p", b"v1").etag
         assert etag is not None
         new = backend.put("p", b"v2", mode=Match(etag)).etag
@@ -79,7 +83,9 @@ class BackendConformance:
 
     def test_racing_creates_have_one_winner(self, backend: Backend) -> None:
         if not backend.capabilities.atomic_create:
-            pytest.skip("backend declares no atomic create")  # pragma: no cover
+            with pytest.raises(UnsupportedBackendError):
+                backend.put("race/0", b".", mode="create")
+            return
         for round_ in range(5):
             key = f"race/{round_}"
             winners = _race_creates(backend, key, 16)
