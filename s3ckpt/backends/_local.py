@@ -88,6 +88,9 @@ class LocalBackend(Backend):
         metadata: Mapping[str, str] | None = None,
     ) -> PutResult:
         path = self._path(key)
+        if mode == "create" and path.exists():
+            # Cheap early answer for dedupe hits; link(2) below is still the real check.
+            raise PreconditionFailedError(key)
         tmp = self._write_temp(path, data)
         try:
             if mode == "create":
