@@ -17,6 +17,7 @@ import logging
 import secrets
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -122,18 +123,10 @@ class Run:
         current = current_f.result()
         if current is None:
             probe_f.cancel()
-            raise IntegrityError(
-                f"run {self.run_id!r}: HEAD names seq {start} but that record is missing; "
-                "run `s3ckpt verify` (records are never deleted by s3ckpt while a run exists)",
-                key=log_key(self.run_id, start),
-            )
+            raise self._missing(start, "HEAD names it, but it is missing")
         nxt = probe_f.result()
         while nxt is not None:
-            if nxt.record.prev != current.digest:
-                raise IntegrityError(
-                    f"run {self.run_id!r}: record {nxt.record.seq} does not chain to record {current.record.seq}",
-                    key=log_key(self.run_id, nxt.record.seq),
-                )
+            self._chained(nxt, current.digest)
             current, nxt = nxt, self._load(nxt.record.seq + 1)
         return current, etag
 
@@ -156,9 +149,9 @@ class Run:
         if record.checkpoint_seq != record.seq:
             target = self._load(record.checkpoint_seq)  # type: ignore[arg-type]
             if target is None or target.record.kind != "checkpoint":
-                raise IntegrityError(
-                    f"run {self.run_id!r}: record {record.seq} names checkpoint {record.checkpoint_seq}, "
-                    "which is missing or not a checkpoint"
+                raise self._missing(
+                    record.checkpoint_seq,  # type: ignore[arg-type]
+                    f"record {record.seq} names it as the latest checkpoint, but it is missing or not a checkpoint",
                 )
             record = target.record
         return self._checkpoint(record)
@@ -178,29 +171,40 @@ class Run:
             return
         last = seqs[-1]
         prev: str | None = None
-        pending: list[Future[Entry | None]] = []
-        depth = self.store.options.concurrency
+        pending: deque[tuple[int, Future[Entry | None]]] = deque()
         next_seq = 0
         while next_seq <= last or pending:
-            while next_seq <= last and len(pending) < depth:
-                pending.append(self.store.pool.submit(self._load, next_seq))
+            while next_seq <= last and len(pending) < self.store.options.concurrency:
+                pending.append((next_seq, self.store.pool.submit(self._load, next_seq)))
                 next_seq += 1
-            entry = pending.pop(0).result()
+            seq, future = pending.popleft()
+            entry = future.result()
             if entry is None:
-                raise IntegrityError(f"run {self.run_id!r}: a record below seq {last} is missing")
-            if entry.record.prev != prev:
-                raise IntegrityError(
-                    f"run {self.run_id!r}: record {entry.record.seq} does not chain to the record before it",
-                    key=log_key(self.run_id, entry.record.seq),
-                )
-            prev = entry.digest
+                raise self._missing(seq, f"it is missing, but record {last} exists")
+            prev = self._chained(entry, prev)
             yield entry.record
         # Records committed after the listing are picked up by probing, as readers do.
         while (entry := self._load(last + 1)) is not None:
-            if entry.record.prev != prev:
-                raise IntegrityError(f"run {self.run_id!r}: record {last + 1} does not chain")
-            prev, last = entry.digest, last + 1
+            prev, last = self._chained(entry, prev), last + 1
             yield entry.record
+
+    def _chained(self, entry: Entry, prev: str | None) -> str:
+        """Check that ``entry`` chains to the record whose digest is ``prev``; return its digest."""
+        if entry.record.prev != prev:
+            raise IntegrityError(
+                f"run {self.run_id!r}: record {entry.record.seq} does not chain to the record before it "
+                "(a record was replaced, removed or replayed); run `s3ckpt verify`",
+                key=log_key(self.run_id, entry.record.seq),
+            )
+        return entry.digest
+
+    def _missing(self, seq: int, why: str) -> IntegrityError:
+        key = log_key(self.run_id, seq)
+        return IntegrityError(
+            f"run {self.run_id!r}: the record at seq {seq} ({key}): {why}. s3ckpt never deletes a record of a live run, "
+            "so this is damage; run `s3ckpt verify`",
+            key=key,
+        )
 
     def history(self) -> Iterator[Checkpoint]:
         """Every checkpoint, oldest first."""

@@ -141,15 +141,20 @@ def _config_check_message(config: StoreConfig) -> bytes:
     return config.model_copy(update={"key_check": ""}).model_dump_json().encode()
 
 
+def _where(backend: Backend, key: str) -> str:
+    return f"{backend.url.rstrip('/')}/{key}"
+
+
 def _load_config(backend: Backend) -> StoreConfig | None:
     try:
         raw = backend.get("config").data
     except ObjectNotFoundError:
         return None
+    invalid = f"{_where(backend, 'config')} is not a valid s3ckpt config"
     try:
         version = pydantic.TypeAdapter(dict[str, Any]).validate_json(raw).get("version")
     except pydantic.ValidationError:
-        raise IntegrityError(f"{backend.url}config is not a valid s3ckpt config", key="config") from None
+        raise IntegrityError(f"{invalid}; restore it from a backup", key="config") from None
     if isinstance(version, int) and version > FORMAT_VERSION:
         raise IncompatibleSchemaError(
             f"the store at {backend.url} has format version {version}; this s3ckpt reads up to "
@@ -160,10 +165,11 @@ def _load_config(backend: Backend) -> StoreConfig | None:
     try:
         return StoreConfig.model_validate_json(raw)
     except pydantic.ValidationError as exc:
-        raise IntegrityError(f"{backend.url}config is not a valid s3ckpt config: {exc.errors()[0]['msg']}") from None
+        raise IntegrityError(f"{invalid} ({exc.errors()[0]['msg']}); restore it from a backup", key="config") from None
 
 
-def _load_keyfiles(backend: Backend, store_id: str) -> list[KeyFile]:
+def _load_keyfiles(backend: Backend, store_id: str | None) -> list[KeyFile]:
+    """The key files of ``store_id`` (None: of any store)."""
     found = []
     for info in backend.list("keys/"):
         try:
@@ -171,7 +177,7 @@ def _load_keyfiles(backend: Backend, store_id: str) -> list[KeyFile]:
         except (pydantic.ValidationError, ObjectNotFoundError):
             log.warning("ignoring unreadable key file %s", info.key)
             continue
-        if keyfile.store_id == store_id:
+        if store_id is None or keyfile.store_id == store_id:
             found.append(keyfile)
     return found
 
@@ -186,7 +192,16 @@ def _kms_factory(region: str | None, endpoint_url: str | None) -> Callable[[], A
 
 
 def _unwrap(backend: Backend, config: StoreConfig, user_key: UserKey, kms: Callable[[], Any]) -> bytes:
-    candidates = [k for k in _load_keyfiles(backend, config.store_id) if matches(k, user_key)]
+    every = [k for k in _load_keyfiles(backend, None) if matches(k, user_key)]
+    candidates = [k for k in every if k.store_id == config.store_id]
+    if not candidates and every:
+        # Key files for this key exist, but for another store id: the config is not the one they
+        # were made with. Saying "wrong key" would send the operator looking in the wrong place.
+        raise IntegrityError(
+            f"{_where(backend, 'config')} names store {config.store_id}, but the key files for this key belong "
+            f"to store {every[0].store_id}: the config was replaced. Restore it from a backup.",
+            key="config",
+        )
     for keyfile in candidates:
         try:
             return unwrap_master_key(keyfile, user_key, kms_client=kms)
@@ -241,6 +256,13 @@ def open_store(
     if config is None:
         if not create:
             raise ConfigurationError(f"there is no s3ckpt store at {backend.url}; create one with `s3ckpt init`")
+        if next(iter(backend.list_dirs("runs/")), None) is not None:
+            # Runs exist only after a config did: creating a new store here would orphan them.
+            raise IntegrityError(
+                f"{_where(backend, 'config')} is missing but the store holds runs; refusing to create a new "
+                "store over them. Restore the config from a backup.",
+                key="config",
+            )
         config, master = _create(backend, user_key, chunker or DEFAULT_CHUNKER, kms)
         if master is not None:
             return Store(backend, config, master, options=options, kms_client=kms)

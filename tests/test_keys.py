@@ -117,3 +117,14 @@ def test_kms_key_over_http(moto_s3: S3Bucket, tmp_path: Path) -> None:
     latest = s3ckpt.open_store(moto_s3.url, key=f"kms:{key_id}", **options).run("r").latest()
     assert latest is not None
     assert latest.state == {"via": "kms"}
+
+
+def test_missing_config_with_runs_is_not_silently_recreated(tmp_path: Path) -> None:
+    url = str(tmp_path / "s")
+    key = s3ckpt.generate_key()
+    s3ckpt.open_store(url, key=key).run("r").claim().commit({"precious": True})
+    (tmp_path / "s" / "config").unlink()
+    with pytest.raises(s3ckpt.IntegrityError, match="config is missing but the store holds runs"):
+        s3ckpt.open_store(url, key=key)
+    assert (tmp_path / "s" / "runs").is_dir()
+    assert not (tmp_path / "s" / "config").exists()
