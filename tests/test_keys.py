@@ -88,7 +88,9 @@ def test_key_repr_never_shows_material() -> None:
     assert "hunter22" not in repr(parse_key("passphrase:hunter22"))
 
 
-def test_kms_key_in_process() -> None:
+def test_kms_key_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
+    monkeypatch.delenv("AWS_REGION", raising=False)
     with mock_aws():
         kms = boto3.client("kms", region_name="us-east-1")
         key_id = kms.create_key()["KeyMetadata"]["KeyId"]
