@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 from pyfastcdc import FastCDC
 
@@ -25,7 +25,7 @@ from . import codec
 from ._names import BlobId, blob_key, check_blob_id
 from .backends import Backend
 from .crypto import Cipher
-from .errors import IntegrityError, ObjectNotFoundError, PreconditionFailedError
+from .errors import IntegrityError, InvalidArtifactError, ObjectNotFoundError, PreconditionFailedError
 from .records import ChunkerParams, ChunkRef, Manifest
 
 DEFAULT_CHUNKER = ChunkerParams(avg_size=1 << 20, min_size=256 << 10, max_size=4 << 20)
@@ -75,10 +75,10 @@ class BlobStore:
 
     # -- writing -----------------------------------------------------------------------------
 
-    def write(self, source: bytes | BinaryIO, known: Mapping[str, int], stats: WriteStats) -> Manifest:
+    def write(self, source: Source, known: Mapping[str, int], stats: WriteStats) -> Manifest:
         """Store ``source`` (bytes or a binary file) and return its manifest."""
         chunker = self._chunker()
-        if isinstance(source, bytes | bytearray | memoryview):
+        if isinstance(source, bytes | memoryview):
             view = memoryview(source)
             pieces: Iterable[bytes | memoryview] = (view[c.offset : c.offset + c.length] for c in chunker.cut_buf(view))
         else:
@@ -199,17 +199,25 @@ class _ChunkReader(io.RawIOBase):
         super().close()
 
 
-def open_source(value: object) -> tuple[bytes | BinaryIO, Callable[[], None]]:
-    """An artifact value (bytes, a path, or a binary file) as something :meth:`BlobStore.write` takes."""
-    if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value) if isinstance(value, bytearray) else value, lambda: None  # type: ignore[return-value]
+Source = bytes | memoryview | BinaryIO
+
+
+def open_source(value: object) -> tuple[Source, Callable[[], None]]:
+    """An artifact value (bytes, a path, or a binary file) as a source for :meth:`BlobStore.write`,
+    with the callback that releases it."""
+    if isinstance(value, bytes | memoryview):
+        return value, _nothing
+    if isinstance(value, bytearray):
+        return bytes(value), _nothing
     if isinstance(value, str | os.PathLike):
         fh = open(value, "rb")  # noqa: SIM115 - closed by the returned callback
         return fh, fh.close
-    if hasattr(value, "readinto") or hasattr(value, "read"):
-        return value, lambda: None  # type: ignore[return-value]
-    from .errors import InvalidArtifactError
-
+    if isinstance(value, io.IOBase) or hasattr(value, "readinto") or hasattr(value, "read"):
+        return cast(BinaryIO, value), _nothing
     raise InvalidArtifactError(
         f"an artifact must be bytes, a path or a binary file opened for reading, not {type(value).__name__}"
     )
+
+
+def _nothing() -> None:
+    pass
