@@ -59,6 +59,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--min-chunk", type=int, default=0, help="chunker min_size (default avg/4; with --avg-chunk)")
     parser.add_argument("--max-chunk", type=int, default=0, help="chunker max_size (default avg*4; with --avg-chunk)")
     parser.add_argument("--no-fsync", action="store_true", help="open the s3ckpt store with fsync=False")
+    parser.add_argument(
+        "--restore-api",
+        choices=("open_artifact", "restore_artifact"),
+        default="open_artifact",
+        help="how s3ckpt restores: stream open_artifact() to a file (default), or Checkpoint.restore_artifact() "
+        "where the library has it (proposed in the benchmark report)",
+    )
     parser.add_argument("--profile-dir", default=None, help="write a cProfile of each s3ckpt operation here")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     return parser.parse_args()
@@ -76,6 +83,7 @@ class S3ckptSide:
         if args.no_fsync:
             self.common.append("--no-fsync")
         self.profile_dir = Path(args.profile_dir) if args.profile_dir else None
+        self.restore_api: str = args.restore_api
         init = ["init", "--store", str(self.store)]
         for flag, value in (("--avg-chunk", args.avg_chunk), ("--min-chunk", args.min_chunk), ("--max-chunk", args.max_chunk)):
             if value and args.avg_chunk:
@@ -100,6 +108,7 @@ class S3ckptSide:
     def restore(self, target: Path, expected: str) -> Step:
         c.settle()
         argv = c.worker_argv("restore", *self.common, "--out", str(target), *self._profile("restore"))
+        argv += ["--restore-api", self.restore_api]
         result = c.run_measured(argv, env=self.env).check()
         out = result.json()
         _verify(target, expected, "s3ckpt")
@@ -239,7 +248,7 @@ def main() -> int:
         ours, theirs, s3side, restic_version = run(args, work)
         print(f"\nbench_restic: {c.fmt_bytes(args.size_mib * c.MiB)} artifact; {c.machine_note(work)}")
         print(f"s3ckpt {s3ckpt.__version__}, chunker {s3side.chunker}, concurrency {args.concurrency or 'default'}, "
-              f"fsync {'off' if args.no_fsync else 'on'}; {restic_version}")  # fmt: skip
+              f"fsync {'off' if args.no_fsync else 'on'}, restore via {args.restore_api}; {restic_version}")  # fmt: skip
         print(f"data: {c.DATA_MIX}\n")
         return report(ours, theirs, args.size_mib * c.MiB)
     finally:
