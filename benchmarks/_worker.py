@@ -77,7 +77,8 @@ def _save(args: argparse.Namespace) -> dict[str, Any]:
             "bytes_in": stats.bytes_in,
             "uploaded_chunks": stats.uploaded_chunks,
             "uploaded_bytes": stats.uploaded_bytes,
-            "dedupe_hits": stats.dedupe_hits,
+            "reused_chunks": stats.reused_chunks,
+            "packs": stats.packs,
         }
 
     try:

@@ -84,6 +84,10 @@ def blob_key(blob_id: BlobId) -> str:
     return f"blobs/{blob_id[:2]}/{blob_id}"
 
 
+def pack_key(pack_id: BlobId) -> str:
+    return f"packs/{pack_id[:2]}/{pack_id}"
+
+
 def run_prefix(run_id: str) -> str:
     return f"runs/{encode_run_id(run_id)}/"
 

@@ -1,54 +1,184 @@
-"""Content-addressed chunks: FastCDC boundaries, keyed ids, zstd when it helps, bounded parallelism.
+"""Content-defined chunks, stored in packs: FastCDC boundaries, keyed ids, zstd when it helps.
 
-Writes stream: the chunker reads the source a window at a time and at most ``max_inflight`` chunks
-are in memory, so an artifact larger than memory works. A chunk whose id the writer already knows
-to be stored (the parent record references it) is not uploaded again; any other chunk is written
-with create-if-absent, and "already exists" is a dedupe hit. See docs/FORMAT.md for why a hit on an
-old blob is refreshed (garbage collection safety).
+Chunks are small (about 160 KiB on average) so that a small edit rewrites little, and they are
+stored many to an object ("pack", about 16 MiB) so that a large artifact costs tens of objects, not
+thousands. Every chunk is sealed on its own (its id in the associated data), so a chunk is read by a
+range request and verified alone. A manifest lists each chunk's id, size and location (pack,
+offset, length); a new checkpoint reuses the locations of chunks its parent already stored.
+
+Writes stream: the chunker reads a window at a time; at most ``max_inflight`` chunks are being
+sealed and at most two packs are being uploaded at once, so memory stays bounded whatever the size.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
+import mmap
 import os
+import secrets
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from typing import BinaryIO, cast
+from typing import BinaryIO, NamedTuple, cast
 
 from pyfastcdc import FastCDC
 
 from . import codec
-from ._names import BlobId, blob_key, check_blob_id
+from ._names import BlobId, blob_key, check_blob_id, pack_key
 from .backends import Backend
-from .crypto import Cipher
-from .errors import IntegrityError, InvalidArtifactError, ObjectNotFoundError, PreconditionFailedError
+from .crypto import Cipher, Sealer, sealed_size
+from .errors import (
+    IntegrityError,
+    InvalidArtifactError,
+    ObjectNotFoundError,
+    PreconditionFailedError,
+)
 from .records import ChunkerParams, ChunkRef, Manifest
 
-DEFAULT_CHUNKER = ChunkerParams(avg_size=1 << 20, min_size=256 << 10, max_size=4 << 20)
+DEFAULT_CHUNKER = ChunkerParams(avg_size=128 << 10, min_size=32 << 10, max_size=512 << 10)
+#: A pack is uploaded once it holds this many sealed bytes.
+PACK_TARGET = 16 << 20
+#: Reads fetch contiguous chunks of one pack in ranges of at most this many bytes.
+READ_SPAN = 4 << 20
+
+Source = bytes | memoryview | BinaryIO
 
 
 @dataclass
 class WriteStats:
-    """What one write moved; benchmarks and the CLI report these."""
+    """What one commit moved; benchmarks and the CLI report these."""
 
     chunks: int = 0
     bytes_in: int = 0
+    #: chunks sealed and uploaded in this commit, and their sealed bytes
     uploaded_chunks: int = 0
     uploaded_bytes: int = 0
-    dedupe_hits: int = 0
+    packs: int = 0
+    #: chunks whose stored copy was reused (the parent's, or an earlier one in this commit)
+    reused_chunks: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def add(self, *, uploaded: int = 0, hit: bool = False) -> None:
-        with self._lock:
-            if uploaded:
-                self.uploaded_chunks += 1
-                self.uploaded_bytes += uploaded
-            if hit:
-                self.dedupe_hits += 1
+
+class _Prepared(NamedTuple):
+    id: str
+    size: int
+    flag: int
+    payload: bytes | memoryview | None  # None when a stored copy is known
+
+
+class Upload:
+    """The writes of one commit. Chunks of every artifact share packs; ``finish()`` must return
+    before the commit record is written, because the record may name any of these packs."""
+
+    def __init__(self, blobs: BlobStore, known: Mapping[str, ChunkRef]) -> None:
+        self.blobs = blobs
+        self.stats = WriteStats()
+        self._known = dict(known)
+        self._pack_id = ""
+        self._sealer: Sealer | None = None
+        self._pack: bytearray | None = None
+        self._pack_size = 0
+        self._uploads: deque[Future[None]] = deque()
+
+    def write(self, source: Source, *, consumed: Callable[[int], None] | None = None) -> Manifest:
+        """Store ``source``; ``consumed(n)`` is told when its first ``n`` bytes are no longer needed."""
+        chunker = self.blobs.chunker()
+        if isinstance(source, bytes | memoryview):
+            view = memoryview(source)
+            pieces: Iterable[bytes | memoryview] = (view[c.offset : c.offset + c.length] for c in chunker.cut_buf(view))
+        else:
+            # cut_stream reuses its buffer for the next chunk, so each chunk is copied out.
+            pieces = (bytes(c.data) for c in chunker.cut_stream(source))
+        pool, depth = self.blobs.pool, self.blobs.max_inflight
+        inflight: deque[Future[_Prepared]] = deque()
+        refs: list[ChunkRef] = []
+        size = 0
+        placed = 0
+        try:
+            for piece in pieces:
+                size += len(piece)
+                inflight.append(pool.submit(self._prepare, piece))
+                while len(inflight) >= depth:
+                    refs.append(self._place(inflight.popleft().result()))
+                    placed += refs[-1].size
+                    if consumed is not None and len(refs) % 64 == 0:
+                        consumed(placed)
+            while inflight:
+                refs.append(self._place(inflight.popleft().result()))
+        finally:
+            for fut in inflight:
+                fut.cancel()
+        self.stats.chunks += len(refs)
+        self.stats.bytes_in += size
+        return Manifest(size=size, chunks=tuple(refs))
+
+    def _prepare(self, data: bytes | memoryview) -> _Prepared:
+        """On a pool thread: hash, and seal unless a stored copy is already known."""
+        chunk_id = self.blobs.cipher.content_id(data)
+        if chunk_id in self._known:
+            return _Prepared(chunk_id, len(data), codec.RAW, None)
+        flag, payload = codec.compress(data)
+        return _Prepared(chunk_id, len(data), flag, payload)
+
+    def _place(self, prepared: _Prepared) -> ChunkRef:
+        """On the caller's thread, in stream order: reuse a known location, or seal the chunk
+        straight into the current pack buffer (no intermediate copy)."""
+        known = self._known.get(prepared.id)
+        if known is not None:
+            self.stats.reused_chunks += 1
+            return known
+        assert prepared.payload is not None  # set whenever the id was unknown at prepare time
+        length = sealed_size(len(prepared.payload))
+        if self._pack is None or self._sealer is None:
+            self._pack_id, self._pack = secrets.token_hex(32), self.blobs.take_buffer()
+            self._sealer = self.blobs.cipher.sealer()
+        offset = self._pack_size
+        out = memoryview(self._pack)[offset : offset + length]
+        self.blobs.cipher.seal_into("blob", prepared.id, prepared.payload, prepared.flag, out, self._sealer)
+        ref = ChunkRef(id=prepared.id, size=prepared.size, pack=self._pack_id, offset=offset, length=length)
+        self._pack_size += length
+        self._known[prepared.id] = ref
+        self.stats.uploaded_chunks += 1
+        self.stats.uploaded_bytes += length
+        if self._pack_size >= PACK_TARGET:
+            self._flush()
+        return ref
+
+    def _flush(self) -> None:
+        if self._pack is None:
+            return
+        key, buffer, size = pack_key(BlobId(self._pack_id)), self._pack, self._pack_size
+        self._pack_id, self._pack, self._pack_size = "", None, 0
+        self.stats.packs += 1
+        self._uploads.append(self.blobs.pool.submit(self.blobs.put_pack, key, buffer, size))
+        while len(self._uploads) > 2:  # bound memory: at most two packs on the wire
+            self._uploads.popleft().result()
+
+    def finish(self) -> None:
+        """Upload the last pack and wait until every pack of this commit is stored."""
+        self._flush()
+        while self._uploads:
+            self._uploads.popleft().result()
+
+    def abort(self) -> None:
+        for fut in self._uploads:
+            fut.cancel()
+        self._uploads.clear()
+        if self._pack is not None:
+            self.blobs.give_buffer(self._pack)
+            self._pack = None
+
+
+class _Span(NamedTuple):
+    """One read: a byte range of one object holding consecutive chunks."""
+
+    key: str
+    start: int
+    end: int | None  # None: the whole object (a format-1 standalone blob)
+    refs: tuple[ChunkRef, ...]
 
 
 class BlobStore:
@@ -60,98 +190,107 @@ class BlobStore:
         pool: ThreadPoolExecutor,
         *,
         max_inflight: int = 8,
-        refresh_after: timedelta = timedelta(days=1),
     ) -> None:
         self.backend = backend
         self.cipher = cipher
         self.params = params
         self.pool = pool
         self.max_inflight = max(2, max_inflight)
-        self.refresh_after = refresh_after
+        # Pack buffers are reused: fresh memory costs page faults on every byte.
+        self._buffers: list[bytearray] = []
+        self._buffers_lock = threading.Lock()
 
-    def _chunker(self) -> FastCDC:
+    def take_buffer(self) -> bytearray:
+        with self._buffers_lock:
+            if self._buffers:
+                return self._buffers.pop()
+        return bytearray(PACK_TARGET + sealed_size(self.params.max_size))
+
+    def give_buffer(self, buffer: bytearray) -> None:
+        with self._buffers_lock:
+            if len(self._buffers) < 4:
+                self._buffers.append(buffer)
+
+    def chunker(self) -> FastCDC:
         p = self.params
         return FastCDC(p.avg_size, min_size=p.min_size, max_size=p.max_size, seed=self.cipher.chunker_seed)
 
-    # -- writing -----------------------------------------------------------------------------
+    def begin(self, known: Mapping[str, ChunkRef] | None = None) -> Upload:
+        """Start the writes of one commit; ``known`` maps chunk ids to stored copies to reuse."""
+        return Upload(self, known or {})
 
-    def write(self, source: Source, known: Mapping[str, int], stats: WriteStats) -> Manifest:
-        """Store ``source`` (bytes or a binary file) and return its manifest."""
-        chunker = self._chunker()
-        if isinstance(source, bytes | memoryview):
-            view = memoryview(source)
-            pieces: Iterable[bytes | memoryview] = (view[c.offset : c.offset + c.length] for c in chunker.cut_buf(view))
-        else:
-            # cut_stream reuses its buffer for the next chunk, so each chunk is copied out.
-            pieces = (bytes(c.data) for c in chunker.cut_stream(source))
-        return self._write_pieces(pieces, known, stats)
-
-    def _write_pieces(
-        self, pieces: Iterable[bytes | memoryview], known: Mapping[str, int], stats: WriteStats
-    ) -> Manifest:
-        inflight: deque[Future[ChunkRef]] = deque()
-        refs: list[ChunkRef] = []
-        size = 0
+    def put_pack(self, key: str, buffer: bytearray, size: int) -> None:
+        data = memoryview(buffer)[:size]
         try:
-            for piece in pieces:
-                size += len(piece)
-                inflight.append(self.pool.submit(self._store_chunk, piece, known, stats))
-                while len(inflight) >= self.max_inflight:
-                    refs.append(inflight.popleft().result())
-            while inflight:
-                refs.append(inflight.popleft().result())
-        finally:
-            for fut in inflight:
-                fut.cancel()
-        stats.chunks += len(refs)
-        stats.bytes_in += size
-        return Manifest(size=size, chunks=tuple(refs))
-
-    def _store_chunk(self, data: bytes | memoryview, known: Mapping[str, int], stats: WriteStats) -> ChunkRef:
-        blob_id = self.cipher.content_id(data)
-        if blob_id in known:
-            stats.add(hit=True)
-            return ChunkRef(id=blob_id, size=len(data))
-        sealed = self.cipher.seal("blob", blob_id, codec.pack(data))
-        key = blob_key(blob_id)
-        try:
-            self.backend.put(key, sealed, mode="create")
-            stats.add(uploaded=len(sealed))
+            self.backend.put(key, data, mode="create")
         except PreconditionFailedError:
-            stats.add(hit=True)
-            self._refresh_if_old(key, sealed)
-        return ChunkRef(id=blob_id, size=len(data))
-
-    def _refresh_if_old(self, key: str, sealed: bytes) -> None:
-        # A dedupe hit on an old, possibly unreferenced blob could race a garbage collector that is
-        # about to delete it. Rewriting it resets its age, which the collector's grace period honours.
-        info = self.backend.head(key)
-        if info is None or datetime.now(UTC) - info.last_modified > self.refresh_after:
-            self.backend.put(key, sealed, mode="overwrite")
+            # Pack ids are random, so an existing pack is our own PUT that landed and was retried.
+            if self.backend.get(key).data != data:
+                raise IntegrityError(f"pack id collision at {key}", key=key) from None
+        finally:
+            data.release()
+        self.give_buffer(buffer)
 
     # -- reading -----------------------------------------------------------------------------
 
-    def read_chunk(self, ref: ChunkRef) -> bytes:
-        blob_id = check_blob_id(ref.id)
-        key = blob_key(BlobId(blob_id))
+    def _spans(self, chunks: Iterable[ChunkRef]) -> Iterator[_Span]:
+        """Group consecutive chunks that lie back to back in one pack into range reads."""
+        group: list[ChunkRef] = []
+        for ref in chunks:
+            if ref.pack is None:  # format 1: one chunk per object, read whole
+                if group:
+                    yield self._span(group)
+                    group = []
+                yield _Span(blob_key(BlobId(check_blob_id(ref.id))), 0, None, (ref,))
+                continue
+            if group:
+                last = group[-1]
+                contiguous = last.pack == ref.pack and last.offset + (last.length or 0) == ref.offset
+                if not contiguous or ref.offset + (ref.length or 0) - group[0].offset > READ_SPAN:
+                    yield self._span(group)
+                    group = []
+            group.append(ref)
+        if group:
+            yield self._span(group)
+
+    @staticmethod
+    def _span(group: list[ChunkRef]) -> _Span:
+        first, last = group[0], group[-1]
+        key = pack_key(BlobId(check_blob_id(first.pack or "")))
+        return _Span(key, first.offset, last.offset + (last.length or 0), tuple(group))
+
+    def _read_span(self, span: _Span) -> list[bytes]:
         try:
-            sealed = self.backend.get(key).data
+            if span.end is None:
+                data = self.backend.get(span.key).data
+            else:
+                data = self.backend.get_range(span.key, span.start, span.end - span.start)
         except ObjectNotFoundError:
-            raise IntegrityError(f"blob {blob_id} is missing from the store; run `s3ckpt verify`", key=key) from None
-        data = codec.unpack(self.cipher.open("blob", blob_id, sealed, key=key), limit=ref.size, where=key)
-        if len(data) != ref.size or self.cipher.content_id(data) != blob_id:
-            raise IntegrityError(f"blob {blob_id} does not hash to its id", key=key)
+            raise IntegrityError(
+                f"{span.key} is missing from the store, and a checkpoint needs it; run `s3ckpt verify`", key=span.key
+            ) from None
+        if span.end is not None and len(data) != span.end - span.start:
+            raise IntegrityError(f"{span.key} is shorter than a checkpoint says (truncated)", key=span.key)
+        out = []
+        for ref in span.refs:
+            sealed = data if span.end is None else data[ref.offset - span.start : ref.offset - span.start + (ref.length or 0)]
+            out.append(self._open_chunk(ref, sealed, span.key))
+        return out
+
+    def _open_chunk(self, ref: ChunkRef, sealed: bytes, key: str) -> bytes:
+        chunk_id = check_blob_id(ref.id)
+        flag, payload = self.cipher.open("blob", chunk_id, sealed, key=key)
+        data = codec.decompress(flag, payload, limit=ref.size, where=key)
+        if len(data) != ref.size or self.cipher.content_id(data) != chunk_id:
+            raise IntegrityError(f"chunk {chunk_id} in {key} does not hash to its id", key=key)
         return data
 
-    def iter_chunks(self, manifest: Manifest, *, readahead: int | None = None) -> Iterator[bytes]:
-        """The manifest's chunks in order, fetched ``readahead`` at a time on the pool."""
-        depth = readahead or self.max_inflight
-        pending: deque[Future[bytes]] = deque()
-        refs = iter(manifest.chunks)
+    def _spans_in_order(self, manifest: Manifest) -> Iterator[list[bytes]]:
+        pending: deque[Future[list[bytes]]] = deque()
         try:
-            for ref in refs:
-                pending.append(self.pool.submit(self.read_chunk, ref))
-                if len(pending) >= depth:
+            for span in self._spans(manifest.chunks):
+                pending.append(self.pool.submit(self._read_span, span))
+                if len(pending) >= self.max_inflight:
                     yield pending.popleft().result()
             while pending:
                 yield pending.popleft().result()
@@ -159,11 +298,40 @@ class BlobStore:
             for fut in pending:
                 fut.cancel()
 
+    def iter_chunks(self, manifest: Manifest) -> Iterator[bytes]:
+        """The manifest's chunks in order, verified, fetched ahead on the pool."""
+        for chunks in self._spans_in_order(manifest):
+            yield from chunks
+
     def read_all(self, manifest: Manifest) -> bytes:
         return b"".join(self.iter_chunks(manifest))
 
     def open(self, manifest: Manifest) -> io.BufferedReader:
         return io.BufferedReader(_ChunkReader(self.iter_chunks(manifest), manifest.size), buffer_size=1 << 20)
+
+    def read_into(self, manifest: Manifest, fd: int) -> None:
+        """Write the manifest's bytes into file ``fd`` at their offsets, fetching, verifying and
+        writing spans in parallel on the pool (the caller's thread only schedules)."""
+        pending: deque[Future[None]] = deque()
+        offset = 0
+        try:
+            for span in self._spans(manifest.chunks):
+                pending.append(self.pool.submit(self._write_span, span, fd, offset))
+                offset += sum(ref.size for ref in span.refs)
+                while len(pending) >= self.max_inflight:
+                    pending.popleft().result()
+            while pending:
+                pending.popleft().result()
+        finally:
+            for fut in pending:
+                fut.cancel()
+
+    def _write_span(self, span: _Span, fd: int, offset: int) -> None:
+        for chunk in self._read_span(span):
+            view = memoryview(chunk)
+            while view:
+                written = os.pwrite(fd, view, offset)
+                view, offset = view[written:], offset + written
 
 
 class _ChunkReader(io.RawIOBase):
@@ -199,24 +367,57 @@ class _ChunkReader(io.RawIOBase):
         super().close()
 
 
-Source = bytes | memoryview | BinaryIO
+class Opened(NamedTuple):
+    """An artifact value ready for :meth:`Upload.write`, and how to release it."""
+
+    source: Source
+    close: Callable[[], None]
+    consumed: Callable[[int], None] | None = None
 
 
-def open_source(value: object) -> tuple[Source, Callable[[], None]]:
-    """An artifact value (bytes, a path, or a binary file) as a source for :meth:`BlobStore.write`,
-    with the callback that releases it."""
+def open_source(value: object) -> Opened:
+    """Bytes as they are; a path memory-mapped (no copy into Python); a binary file streamed."""
     if isinstance(value, bytes | memoryview):
-        return value, _nothing
+        return Opened(value, _nothing)
     if isinstance(value, bytearray):
-        return bytes(value), _nothing
+        return Opened(bytes(value), _nothing)
     if isinstance(value, str | os.PathLike):
         fh = open(value, "rb")  # noqa: SIM115 - closed by the returned callback
-        return fh, fh.close
+        if os.fstat(fh.fileno()).st_size < (1 << 20):
+            data = fh.read()
+            fh.close()
+            return Opened(data, _nothing)
+        mapped = _MappedFile(fh)
+        return Opened(mapped.view, mapped.close, mapped.consumed)
     if isinstance(value, io.IOBase) or hasattr(value, "readinto") or hasattr(value, "read"):
-        return cast(BinaryIO, value), _nothing
+        return Opened(cast(BinaryIO, value), _nothing)
     raise InvalidArtifactError(
         f"an artifact must be bytes, a path or a binary file opened for reading, not {type(value).__name__}"
     )
+
+
+class _MappedFile:
+    """A file mapped read-only. Pages already chunked are dropped from this process, so a file
+    larger than memory does not count toward its resident set."""
+
+    def __init__(self, fh: BinaryIO) -> None:
+        self._fh = fh
+        self._map = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        self.view = memoryview(self._map)
+        self._released = 0
+
+    def consumed(self, upto: int) -> None:
+        end = upto - upto % mmap.PAGESIZE
+        if end > self._released:
+            self._map.madvise(mmap.MADV_DONTNEED, self._released, end - self._released)
+            self._released = end
+
+    def close(self) -> None:
+        self.view.release()
+        # Slices still held by cancelled work keep the map open until they are collected.
+        with contextlib.suppress(BufferError):
+            self._map.close()
+        self._fh.close()
 
 
 def _nothing() -> None:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import secrets
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from .errors import S3ckptError
-from .records import CommitRecord
+from .records import CommitRecord, Manifest
 
 if TYPE_CHECKING:
     from .blobs import BlobStore
@@ -64,15 +67,36 @@ class Checkpoint:
     def record(self) -> CommitRecord:
         return self._record
 
-    def open_artifact(self, name: str) -> BinaryIO:
-        """A binary file that streams the artifact, verifying every chunk as it arrives."""
+    def _manifest(self, name: str) -> Manifest:
         manifest = self._record.artifacts.get(name)
         if manifest is None:
             raise ArtifactNotFoundError(
                 f"checkpoint {self.run_id!r}@{self.seq} has no artifact {name!r}; it has: "
                 f"{', '.join(sorted(self._record.artifacts)) or 'none'}"
             )
-        return self._blobs.open(manifest)
+        return manifest
+
+    def open_artifact(self, name: str) -> BinaryIO:
+        """A binary file that streams the artifact, verifying every chunk as it arrives."""
+        return self._blobs.open(self._manifest(name))
+
+    def restore_artifact(self, name: str, path: str | os.PathLike[str]) -> None:
+        """Write the artifact to ``path``: chunks are fetched, verified and written in parallel.
+        The file appears under ``path`` only when complete (a temporary file is renamed over it);
+        it is not fsynced, as a restore that a crash interrupts is simply run again."""
+        manifest = self._manifest(name)
+        target = Path(path)
+        tmp = target.with_name(f".{target.name}.s3ckpt-{secrets.token_hex(4)}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            os.ftruncate(fd, manifest.size)
+            self._blobs.read_into(manifest, fd)
+        except BaseException:
+            os.close(fd)
+            tmp.unlink(missing_ok=True)
+            raise
+        os.close(fd)
+        os.replace(tmp, target)
 
     def read_artifact(self, name: str) -> bytes:
         with self.open_artifact(name) as fh:

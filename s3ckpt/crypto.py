@@ -3,9 +3,11 @@
 One random 32-byte master key per store. From it, HKDF derives independent keys for object
 encryption, content ids, the config's key check and the chunker's gear seed.
 
-Each object gets its own AES-256-GCM key: ``HMAC-SHA256(object_key, salt)`` with a fresh random
-24-byte salt. A key is used for exactly one message, so the nonce can be fixed, and GCM's 2^32
-random-nonce limit per key never comes into play: the bound is salt collisions at 2^96 objects.
+Each pack (and each record) is sealed under its own AES-256-GCM subkey,
+``HMAC-SHA256(object_key, seed)`` for a fresh random 16-byte seed; the chunks of a pack take the
+nonces 0, 1, 2, ... under that subkey. A subkey seals at most one pack, so GCM's limit of 2^32
+messages per key never comes into play however many objects the store holds: the bound is a seed
+collision, negligible below 2^48 packs.
 The associated data binds the store id, the object kind and its name (run and seq, or blob id), so
 an object copied to another key, run, seq or store fails authentication.
 
@@ -17,10 +19,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import hmac
+import itertools
 import os
 import struct
+import threading
 
 import blake3
 from cryptography.exceptions import InvalidTag
@@ -32,11 +37,19 @@ from ._names import BlobId
 from .errors import ConfigurationError, IntegrityError
 
 MASTER_KEY_SIZE = 32
-_MAGIC = b"S3C\x01"
-_SALT_SIZE = 24
+_MAGIC_V1 = b"S3C\x01"  # format 1: the compression flag was the first plaintext byte
+_MAGIC = b"S3C\x02"  # format 2: the flag sits in the header, authenticated as associated data
+_SALT_SIZE = 24  # format 2: a 16-byte subkey seed, then an 8-byte counter
+_SEED_SIZE = 16
+_NONCE_PAD = bytes(4)
 _ZERO_NONCE = bytes(12)
 _TAG_SIZE = 16
-ENVELOPE_OVERHEAD = len(_MAGIC) + _SALT_SIZE + _TAG_SIZE
+HEADER_SIZE = len(_MAGIC) + 1 + _SALT_SIZE
+ENVELOPE_OVERHEAD = HEADER_SIZE + _TAG_SIZE
+
+
+def sealed_size(payload_size: int) -> int:
+    return payload_size + ENVELOPE_OVERHEAD
 
 
 def generate_key() -> str:
@@ -57,6 +70,20 @@ def hkdf(key: bytes, info: bytes, *, salt: bytes | None = None, length: int = 32
     return HKDF(algorithm=hashes.SHA256(), length=length, salt=salt, info=info).derive(key)
 
 
+class Sealer:
+    """One subkey and a counter: envelopes sealed by one Sealer never repeat a nonce."""
+
+    def __init__(self, seed: bytes, aead: AESGCM) -> None:
+        self.seed = seed
+        self.aead = aead
+        self._counter = itertools.count()
+        self._lock = threading.Lock()
+
+    def next_counter(self) -> bytes:
+        with self._lock:
+            return next(self._counter).to_bytes(8, "big")
+
+
 class Cipher:
     """Seals and opens the objects of one store."""
 
@@ -71,30 +98,66 @@ class Cipher:
         # pyfastcdc takes a seed that fits a signed 64-bit integer.
         self.chunker_seed: int = struct.unpack(">Q", seed_bytes)[0] >> 2
 
-    def _ad(self, kind: str, name: str) -> bytes:
-        return b"s3ckpt/v1\0" + self.store_id.encode() + b"\0" + kind.encode() + b"\0" + name.encode()
+    def _ad(self, kind: str, name: str, flag: int | None) -> bytes:
+        version = b"s3ckpt/v1\0" if flag is None else b"s3ckpt/v2\0"
+        ad = version + self.store_id.encode() + b"\0" + kind.encode() + b"\0" + name.encode()
+        return ad if flag is None else ad + b"\0" + bytes([flag])
 
-    def seal(self, kind: str, name: str, plaintext: bytes | memoryview) -> bytes:
-        salt = os.urandom(_SALT_SIZE)
-        subkey = hmac.digest(self._object_key, salt, "sha256")
-        return _MAGIC + salt + AESGCM(subkey).encrypt(_ZERO_NONCE, plaintext, self._ad(kind, name))
+    @functools.lru_cache(maxsize=256)  # noqa: B019 - a Cipher lives as long as its store
+    def _subkey(self, seed: bytes) -> AESGCM:
+        return AESGCM(hmac.digest(self._object_key, seed, "sha256"))
 
-    def open(self, kind: str, name: str, sealed: bytes, *, key: str | None = None) -> bytes:
+    def sealer(self) -> Sealer:
+        """A run of envelopes under one fresh subkey: what a pack is sealed with."""
+        seed = os.urandom(_SEED_SIZE)
+        return Sealer(seed, self._subkey(seed))
+
+    def seal(self, kind: str, name: str, payload: bytes | memoryview, *, flag: int = 0) -> bytes:
+        out = bytearray(sealed_size(len(payload)))
+        self.seal_into(kind, name, payload, flag, memoryview(out), self.sealer())
+        return bytes(out)
+
+    def seal_into(
+        self, kind: str, name: str, payload: bytes | memoryview, flag: int, out: memoryview, sealer: Sealer
+    ) -> None:
+        """Write the envelope of ``payload`` into ``out`` (exactly ``sealed_size(len(payload))`` bytes),
+        without an intermediate copy: packs are built this way."""
+        counter = sealer.next_counter()
+        out[: len(_MAGIC)] = _MAGIC
+        out[len(_MAGIC)] = flag
+        out[len(_MAGIC) + 1 : len(_MAGIC) + 1 + _SEED_SIZE] = sealer.seed
+        out[len(_MAGIC) + 1 + _SEED_SIZE : HEADER_SIZE] = counter
+        sealer.aead.encrypt_into(counter + _NONCE_PAD, payload, self._ad(kind, name, flag), out[HEADER_SIZE:])
+
+    def open(self, kind: str, name: str, sealed: bytes | memoryview, *, key: str | None = None) -> tuple[int, bytes]:
+        """The ``(flag, payload)`` of an envelope; IntegrityError if it fails authentication."""
         where = key or f"{kind} {name}"
-        if len(sealed) < ENVELOPE_OVERHEAD or not sealed.startswith(_MAGIC):
+        magic = bytes(sealed[: len(_MAGIC)])
+        legacy = magic == _MAGIC_V1
+        header = len(_MAGIC) + _SALT_SIZE if legacy else HEADER_SIZE
+        if len(sealed) < header + _TAG_SIZE or not (legacy or magic == _MAGIC):
             raise IntegrityError(
                 f"{where} is not an s3ckpt object (truncated or overwritten); run `s3ckpt verify`", key=key
             )
-        salt = sealed[len(_MAGIC) : len(_MAGIC) + _SALT_SIZE]
-        subkey = hmac.digest(self._object_key, salt, "sha256")
+        flag = None if legacy else sealed[len(_MAGIC)]
+        salt = bytes(sealed[header - _SALT_SIZE : header])
+        if legacy:  # format 1: a subkey per object from the whole salt, zero nonce
+            aead, nonce = AESGCM(hmac.digest(self._object_key, salt, "sha256")), _ZERO_NONCE
+        else:
+            aead, nonce = self._subkey(salt[:_SEED_SIZE]), salt[_SEED_SIZE:] + _NONCE_PAD
         try:
-            return AESGCM(subkey).decrypt(_ZERO_NONCE, sealed[len(_MAGIC) + _SALT_SIZE :], self._ad(kind, name))
+            plain = aead.decrypt(nonce, sealed[header:], self._ad(kind, name, flag))
         except InvalidTag:
             raise IntegrityError(
                 f"{where} failed authentication: it was modified, truncated, or moved from another "
                 "key, run or store. Do not trust it; run `s3ckpt verify` to find the extent of the damage.",
                 key=key,
             ) from None
+        if flag is None:  # format 1
+            if not plain:
+                raise IntegrityError(f"{where} is empty inside its envelope", key=key)
+            return plain[0], plain[1:]
+        return flag, plain
 
     def content_id(self, data: bytes | memoryview) -> BlobId:
         return BlobId(blake3.blake3(data, key=self._id_key).hexdigest())

@@ -8,10 +8,11 @@ files of the matching kind (and, for raw keys, the matching fingerprint).
 from __future__ import annotations
 
 import base64
+import contextlib
 import hmac
 import os
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -21,7 +22,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
 
 from .crypto import MASTER_KEY_SIZE, decode_raw_key, hkdf
-from .errors import ConfigurationError, DecryptionError, MissingKeyError
+from .errors import ConfigurationError, DecryptionError, MissingKeyError, S3ckptError
 from .records import KeyFile, ScryptParams
 
 DEFAULT_SCRYPT = ScryptParams(n=1 << 15, r=8, p=1)
@@ -96,6 +97,20 @@ def parse_key(spec: str | bytes | None, *, environ: Mapping[str, str] | None = N
     return RawKey(raw)
 
 
+@contextlib.contextmanager
+def _kms_errors(*, refused: type[S3ckptError], what: str) -> Iterator[None]:
+    """botocore's errors as s3ckpt's; botocore is imported only when a kms: key is used."""
+    import botocore.exceptions
+
+    try:
+        yield
+    except botocore.exceptions.NoRegionError:
+        raise ConfigurationError("kms: keys need an AWS region: pass region= or set AWS_DEFAULT_REGION") from None
+    except botocore.exceptions.ClientError as exc:
+        code = exc.response.get("Error", {}).get("Code")
+        raise refused(f"KMS refused to {what} ({code}); check the key id, its state and IAM") from None
+
+
 def _ad(store_id: str, key_id: str) -> bytes:
     return f"s3ckpt/v1 key {store_id} {key_id}".encode()
 
@@ -123,11 +138,12 @@ def wrap_master_key(
     if isinstance(user_key, KmsKey):
         if kms_client is None:
             raise ConfigurationError("kms: keys need boto3 KMS access")
-        resp = kms_client().encrypt(
-            KeyId=user_key.key_id,
-            Plaintext=master,
-            EncryptionContext={"s3ckpt:store": store_id, "s3ckpt:key": key_id},
-        )
+        with _kms_errors(refused=ConfigurationError, what="wrap the store's key"):
+            resp = kms_client().encrypt(
+                KeyId=user_key.key_id,
+                Plaintext=master,
+                EncryptionContext={"s3ckpt:store": store_id, "s3ckpt:key": key_id},
+            )
         return KeyFile(
             key_id=key_id, store_id=store_id, kind="kms", created_at=now, label=label,
             kms_key_id=user_key.key_id, wrapped=_b64(resp["CiphertextBlob"]),
@@ -165,11 +181,12 @@ def unwrap_master_key(keyfile: KeyFile, user_key: UserKey, *, kms_client: KmsCli
         if isinstance(user_key, KmsKey):
             if kms_client is None:
                 raise ConfigurationError("kms: keys need boto3 KMS access")
-            resp = kms_client().decrypt(
-                KeyId=user_key.key_id,  # KMS then refuses ciphertext made under any other key
-                CiphertextBlob=base64.b64decode(keyfile.wrapped),
-                EncryptionContext={"s3ckpt:store": keyfile.store_id, "s3ckpt:key": keyfile.key_id},
-            )
+            with _kms_errors(refused=DecryptionError, what=f"open key file {keyfile.key_id}"):
+                resp = kms_client().decrypt(
+                    KeyId=user_key.key_id,  # KMS then refuses ciphertext made under any other key
+                    CiphertextBlob=base64.b64decode(keyfile.wrapped),
+                    EncryptionContext={"s3ckpt:store": keyfile.store_id, "s3ckpt:key": keyfile.key_id},
+                )
             master = bytes(resp["Plaintext"])
         else:
             if keyfile.salt is None or keyfile.nonce is None:

@@ -44,7 +44,7 @@ from .errors import (
     TransientBackendError,
     UnsupportedBackendError,
 )
-from .records import RECORD_SCHEMA_VERSION, CommitRecord, HeadPointer, Manifest
+from .records import HEAD_SCHEMA_VERSION, RECORD_SCHEMA_VERSION, ChunkRef, CommitRecord, HeadPointer, Manifest
 
 if TYPE_CHECKING:
     from .store import Store
@@ -304,19 +304,19 @@ class Writer:
     def next_seq(self) -> int:
         return self._next_seq
 
-    def _known_chunks(self) -> dict[str, int]:
-        """Chunks the parent checkpoint references: stored and kept alive by a committed record."""
+    def _known_chunks(self) -> dict[str, ChunkRef]:
+        """Chunks the parent checkpoint references: stored, and kept alive by a committed record."""
         if not self._parent_loaded:
             entry = self.run._load(self._checkpoint_seq)  # type: ignore[arg-type]
             self._parent = entry.record if entry else None
             self._parent_loaded = True
-        known: dict[str, int] = {}
+        known: dict[str, ChunkRef] = {}
         if self._parent is not None:
             manifests = list(self._parent.artifacts.values())
             if self._parent.state_manifest is not None:
                 manifests.append(self._parent.state_manifest)
             for manifest in manifests:
-                known.update((c.id, c.size) for c in manifest.chunks)
+                known.update((c.id, c) for c in manifest.chunks)
         return known
 
     def commit(
@@ -334,21 +334,26 @@ class Writer:
             state_value = normalized
             meta_value = _json_value(dict(meta or {}), "meta")
             store = self.run.store
-            stats = WriteStats()
-            known = self._known_chunks() if artifacts or len(state_text) > store.options.inline_limit else {}
+            large_state = len(state_text) > store.options.inline_limit
+            upload = store.blobs.begin(self._known_chunks() if artifacts or large_state else {})
             state_manifest: Manifest | None = None
-            if len(state_text) > store.options.inline_limit:
-                state_manifest = store.blobs.write(state_text.encode("utf-8"), known, stats)
-                state_value = None
             manifests: dict[str, Manifest] = {}
-            for name, value in (artifacts or {}).items():
-                if not isinstance(name, str) or not name:
-                    raise InvalidArtifactError(f"artifact names are non-empty strings, not {name!r}")
-                source, close = open_source(value)
-                try:
-                    manifests[name] = store.blobs.write(source, known, stats)
-                finally:
-                    close()
+            try:
+                if large_state:
+                    state_manifest = upload.write(state_text.encode("utf-8"))
+                    state_value = None
+                for name, value in (artifacts or {}).items():
+                    if not isinstance(name, str) or not name:
+                        raise InvalidArtifactError(f"artifact names are non-empty strings, not {name!r}")
+                    opened = open_source(value)
+                    try:
+                        manifests[name] = upload.write(opened.source, consumed=opened.consumed)
+                    finally:
+                        opened.close()
+                upload.finish()  # every pack the record names is stored before the record exists
+            except BaseException:
+                upload.abort()
+                raise
             seq = self._next_seq
             record = CommitRecord(
                 schema_version=RECORD_SCHEMA_VERSION,
@@ -373,7 +378,7 @@ class Writer:
                 raise self._stopped
             self._next_seq, self._prev = seq + 1, entry.digest
             self._checkpoint_seq, self._parent, self._parent_loaded = seq, record, True
-            self.last_stats = stats
+            self.last_stats = upload.stats
             self._move_head(seq)
             return Checkpoint(record, normalized, store.blobs)
 
@@ -394,7 +399,7 @@ class Writer:
         """Point HEAD at ``seq``; a hint, so failures are logged, never raised."""
         run = self.run
         backend = run.store.backend
-        data = codec.encode_head(run.store.cipher, run.run_id, HeadPointer(schema_version=RECORD_SCHEMA_VERSION, seq=seq))
+        data = codec.encode_head(run.store.cipher, run.run_id, HeadPointer(schema_version=HEAD_SCHEMA_VERSION, seq=seq))
         key = head_key(run.run_id)
         try:
             if not backend.capabilities.compare_and_swap:

@@ -12,9 +12,11 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 from ._names import check_blob_id
 
 #: The format version of the store layout (config, keys, blobs, runs).
-FORMAT_VERSION = 1
-#: The schema version of commit records and pointers.
-RECORD_SCHEMA_VERSION = 1
+FORMAT_VERSION = 2
+#: The schema version of commit records (migrations in ``migrations.py`` bring older ones forward).
+RECORD_SCHEMA_VERSION = 2
+#: The schema version of the HEAD pointer.
+HEAD_SCHEMA_VERSION = 1
 
 Seq = Annotated[int, Field(ge=0, lt=10**20)]
 
@@ -24,13 +26,25 @@ class _Strict(BaseModel):
 
 
 class ChunkRef(_Strict):
+    """One chunk: its content id, plaintext size, and where its sealed bytes live."""
+
     id: str
     size: Annotated[int, Field(ge=0, le=1 << 31)]
+    #: The pack holding it, or None for a format-1 standalone blob at ``blobs/<aa>/<id>``.
+    pack: str | None
+    offset: Annotated[int, Field(ge=0, lt=1 << 40)]
+    #: Sealed length inside the pack (None for a standalone blob, which is read whole).
+    length: Annotated[int, Field(gt=0, le=1 << 31)] | None
 
     @field_validator("id")
     @classmethod
     def _valid_id(cls, value: str) -> str:
         return check_blob_id(value)
+
+    @field_validator("pack")
+    @classmethod
+    def _valid_pack(cls, value: str | None) -> str | None:
+        return None if value is None else check_blob_id(value)
 
 
 class Manifest(_Strict):

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import botocore.exceptions
 import pydantic
 
 from ._names import decode_run_id, parse_seq
@@ -207,11 +206,6 @@ def _unwrap(backend: Backend, config: StoreConfig, user_key: UserKey, kms: Calla
             return unwrap_master_key(keyfile, user_key, kms_client=kms)
         except DecryptionError:
             continue
-        except botocore.exceptions.ClientError as exc:
-            log.info("KMS refused key file %s: %s", keyfile.key_id, exc.response.get("Error", {}).get("Code"))
-            continue
-        except botocore.exceptions.NoRegionError:
-            raise ConfigurationError("kms: keys need an AWS region: pass region= or set AWS_DEFAULT_REGION") from None
     kind = type(user_key).__name__.replace("Key", "").lower()
     raise DecryptionError(
         f"the given {kind} key does not open the store at {backend.url} (tried {len(candidates)} matching key "
@@ -286,13 +280,7 @@ def _create(
         raise UnsupportedBackendError(f"{backend.url} cannot create objects atomically; s3ckpt cannot commit there")
     master = os.urandom(32)
     store_id = secrets.token_hex(16)
-    try:
-        keyfile = wrap_master_key(master, user_key, store_id=store_id, kms_client=kms)
-    except botocore.exceptions.NoRegionError:
-        raise ConfigurationError("kms: keys need an AWS region: pass region= or set AWS_DEFAULT_REGION") from None
-    except botocore.exceptions.ClientError as exc:
-        code = exc.response.get("Error", {}).get("Code")
-        raise ConfigurationError(f"KMS refused to wrap the new store's key ({code}); check the key id and IAM") from None
+    keyfile = wrap_master_key(master, user_key, store_id=store_id, kms_client=kms)
     # The key file goes first: a config is never visible without a key that opens it.
     backend.put(f"keys/{keyfile.key_id}", keyfile.model_dump_json().encode(), mode="create")
     draft = StoreConfig(version=FORMAT_VERSION, store_id=store_id, created_at=datetime.now(UTC), chunker=chunker)

@@ -1,31 +1,66 @@
-"""Chunking, dedupe, compression and the GC-safety refresh of old blobs."""
+"""Chunking, packs, reuse of the parent's chunks, compression, range reads and restore."""
 
 from __future__ import annotations
 
 import io
 import os
-import time
 from pathlib import Path
 
 import s3ckpt
-from s3ckpt.backends import LocalBackend
 
 
-def _blob_files(root: Path) -> list[Path]:
-    return [p for p in (root / "blobs").rglob("*") if p.is_file() and not p.name.startswith(".")]
+def _pack_files(root: Path) -> list[Path]:
+    return [p for p in (root / "packs").rglob("*") if p.is_file() and not p.name.startswith(".")]
 
 
-def test_cross_run_dedupe_uploads_nothing_new(tmp_path: Path) -> None:
+def test_parent_chunks_are_reused_not_uploaded(tmp_path: Path) -> None:
     store = s3ckpt.open_store(str(tmp_path / "s"), key=s3ckpt.generate_key())
     data = os.urandom(5 << 20)
-    first = store.run("a").claim()
-    first.commit({}, artifacts={"x": data})
-    before = len(_blob_files(tmp_path / "s"))
-    second = store.run("b").claim()
-    second.commit({}, artifacts={"x": data})
-    assert second.last_stats.uploaded_chunks == 0
-    assert second.last_stats.dedupe_hits == second.last_stats.chunks == first.last_stats.chunks
-    assert len(_blob_files(tmp_path / "s")) == before
+    writer = store.run("a").claim()
+    writer.commit({}, artifacts={"x": data})
+    before = len(_pack_files(tmp_path / "s"))
+    writer.commit({"again": True}, artifacts={"x": data})
+    assert writer.last_stats.uploaded_chunks == 0
+    assert writer.last_stats.reused_chunks == writer.last_stats.chunks > 10
+    assert len(_pack_files(tmp_path / "s")) == before
+
+
+def test_chunks_repeated_within_a_commit_are_stored_once(tmp_path: Path) -> None:
+    store = s3ckpt.open_store(str(tmp_path / "s"), key=s3ckpt.generate_key())
+    data = os.urandom(3 << 20)
+    writer = store.run("a").claim()
+    writer.commit({}, artifacts={"one": data, "two": data})
+    stats = writer.last_stats
+    assert stats.uploaded_chunks == stats.reused_chunks == stats.chunks // 2
+    cp = store.run("a").latest()
+    assert cp is not None
+    assert cp.read_artifact("two") == data
+
+
+def test_a_large_artifact_is_few_objects_and_few_reads(tmp_path: Path) -> None:
+    from s3ckpt.backends import LocalBackend
+
+    calls: list[int] = []
+
+    class Counting(LocalBackend):
+        def get_range(self, key: str, start: int, length: int) -> bytes:
+            calls.append(length)
+            return super().get_range(key, start, length)
+
+    key = s3ckpt.generate_key()
+    data = os.urandom(40 << 20)
+    store = s3ckpt.open_store(backend=Counting(tmp_path / "s"), key=key)
+    writer = store.run("big").claim()
+    writer.commit({}, artifacts={"x": data})
+    assert writer.last_stats.chunks > 150
+    assert writer.last_stats.packs == len(_pack_files(tmp_path / "s")) <= 3
+    cp = store.run("big").latest()
+    assert cp is not None
+    assert cp.read_artifact("x") == data
+    assert 10 <= len(calls) <= 16, "contiguous chunks must be read in ranges of a few MiB"
+    restored = tmp_path / "restored.bin"
+    cp.restore_artifact("x", restored)
+    assert restored.read_bytes() == data
 
 
 def test_content_defined_boundaries_survive_an_insertion(tmp_path: Path) -> None:
@@ -47,11 +82,11 @@ def test_compressible_chunks_are_stored_smaller_random_ones_are_not(tmp_path: Pa
     store = s3ckpt.open_store(str(tmp_path / "s"), key=s3ckpt.generate_key())
     text = b"the same log line, again and again\n" * 60000
     store.run("t").claim().commit({}, artifacts={"log": text})
-    stored = sum(p.stat().st_size for p in _blob_files(tmp_path / "s"))
+    stored = sum(p.stat().st_size for p in _pack_files(tmp_path / "s"))
     assert stored < len(text) / 10
     noise = os.urandom(2 << 20)
     store.run("n").claim().commit({}, artifacts={"noise": noise})
-    stored_noise = sum(p.stat().st_size for p in _blob_files(tmp_path / "s")) - stored
+    stored_noise = sum(p.stat().st_size for p in _pack_files(tmp_path / "s")) - stored
     assert len(noise) < stored_noise < len(noise) * 1.01
 
 
@@ -78,31 +113,3 @@ def test_short_reads_are_streamed_correctly(tmp_path: Path) -> None:
     cp = store.run("r").latest()
     assert cp is not None
     assert cp.read_artifact("x") == data
-
-
-def test_dedupe_hit_on_an_old_blob_refreshes_its_age(tmp_path: Path) -> None:
-    root = tmp_path / "s"
-    store = s3ckpt.open_store(str(root), key=s3ckpt.generate_key())
-    data = os.urandom(1 << 20)
-    store.run("a").claim().commit({}, artifacts={"x": data})
-    old = time.time() - 3 * 86400
-    for path in _blob_files(root):
-        os.utime(path, (old, old))
-    store.run("b").claim().commit({}, artifacts={"x": data})
-    ages = [time.time() - p.stat().st_mtime for p in _blob_files(root)]
-    assert ages
-    assert max(ages) < 3600, "an old blob hit by dedupe must be rewritten so a collector keeps it"
-    cp = store.run("a").latest()
-    assert cp is not None
-    assert cp.read_artifact("x") == data  # the rewrite is the same content
-
-
-def test_recent_dedupe_hit_is_not_rewritten(tmp_path: Path) -> None:
-    root = tmp_path / "s"
-    store = s3ckpt.open_store(str(root), key=s3ckpt.generate_key())
-    data = os.urandom(1 << 20)
-    store.run("a").claim().commit({}, artifacts={"x": data})
-    before = {p: LocalBackend(root).head(str(p.relative_to(root))) for p in _blob_files(root)}
-    store.run("b").claim().commit({}, artifacts={"x": data})
-    after = {p: LocalBackend(root).head(str(p.relative_to(root))) for p in _blob_files(root)}
-    assert before == after

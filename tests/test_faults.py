@@ -141,7 +141,12 @@ class _LandsThenFails(Backend):
         return self.inner.get(key)
 
     def put(
-        self, key: str, data: bytes, *, mode: PutMode = "overwrite", metadata: Mapping[str, str] | None = None
+        self,
+        key: str,
+        data: bytes | bytearray | memoryview,
+        *,
+        mode: PutMode = "overwrite",
+        metadata: Mapping[str, str] | None = None,
     ) -> PutResult:
         result = self.inner.put(key, data, mode=mode, metadata=metadata)
         with self.lock:

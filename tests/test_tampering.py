@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pytest
 
 import s3ckpt
 from s3ckpt._names import head_key, log_key
 from s3ckpt.backends import Backend
+from s3ckpt.records import Manifest
 
 if TYPE_CHECKING:
     from tests.conftest import StoreEnv
@@ -41,14 +42,36 @@ def _flip(raw: Backend, key: str, at: int) -> None:
     raw.put(key, bytes(data))
 
 
-def _blob_keys(cp: s3ckpt.Checkpoint, name: str) -> list[str]:
-    return [f"blobs/{c.id[:2]}/{c.id}" for c in cp.record.artifacts[name].chunks]
+class Loc(NamedTuple):
+    """Where a chunk's envelope lives: a pack, and a byte range in it."""
+
+    key: str
+    offset: int
+    length: int
 
 
-def _state_blob_keys(cp: s3ckpt.Checkpoint) -> list[str]:
+def _locs(manifest: Manifest) -> list[Loc]:
+    out = []
+    for c in manifest.chunks:
+        assert c.pack is not None
+        assert c.length is not None
+        out.append(Loc(f"packs/{c.pack[:2]}/{c.pack}", c.offset, c.length))
+    return out
+
+
+def _blob_locs(cp: s3ckpt.Checkpoint, name: str) -> list[Loc]:
+    return _locs(cp.record.artifacts[name])
+
+
+def _state_blob_locs(cp: s3ckpt.Checkpoint) -> list[Loc]:
     manifest = cp.record.state_manifest
     assert manifest is not None, "the state was expected to be stored as chunks"
-    return [f"blobs/{c.id[:2]}/{c.id}" for c in manifest.chunks]
+    return _locs(manifest)
+
+
+def _flip_chunk(raw: Backend, loc: Loc, at: int) -> None:
+    """Flip one byte of one chunk's envelope inside its pack."""
+    _flip(raw, loc.key, loc.offset + at % loc.length)
 
 
 def _raises(
@@ -71,7 +94,7 @@ def _raises(
         allowed = (key,) if isinstance(key, str) else key
         assert exc.key in allowed, f"error.key is {exc.key!r}, expected one of {allowed!r}"
         assert exc.key is not None
-        named = exc.key.rsplit("/", 1)[-1] if exc.key.startswith("blobs/") else exc.key
+        named = exc.key.rsplit("/", 1)[-1] if exc.key.startswith(("blobs/", "packs/")) else exc.key
         assert named in message, f"message does not name {named!r}: {message}"
     for hint in hints:
         assert hint in message, f"message does not mention {hint!r}: {message}"
@@ -247,8 +270,9 @@ def test_deleted_checkpoint_named_by_a_later_claim(env: StoreEnv) -> None:
 def test_flipped_byte_in_artifact_blob(env: StoreEnv, at: int) -> None:
     store = env.open()
     cps = _seed(store)
-    (key,) = _blob_keys(cps[-1], "a.bin")
-    _flip(env.raw(), key, at)
+    (loc,) = _blob_locs(cps[-1], "a.bin")
+    key = loc.key
+    _flip_chunk(env.raw(), loc, at)
     fresh = env.open()
     cp = fresh.run(RUN).latest()
     assert cp is not None
@@ -264,18 +288,29 @@ def test_flipped_byte_in_artifact_blob(env: StoreEnv, at: int) -> None:
 
 
 def test_swapped_blobs(env: StoreEnv) -> None:
+    """Two chunks' envelopes trade places inside their pack: each read must refuse."""
     store = env.open()
     cps = _seed(store)
-    (key_a,) = _blob_keys(cps[-1], "a.bin")
-    (key_b,) = _blob_keys(cps[-1], "b.bin")
-    assert key_a != key_b
+    (loc_a,) = _blob_locs(cps[-1], "a.bin")
+    (loc_b,) = _blob_locs(cps[-1], "b.bin")
+    assert loc_a.key == loc_b.key  # one commit, one pack
+    first, second = sorted((loc_a, loc_b), key=lambda loc: loc.offset)
     raw = env.raw()
-    data_a, data_b = raw.get(key_a).data, raw.get(key_b).data
-    raw.put(key_a, data_b)
-    raw.put(key_b, data_a)
+    data = raw.get(first.key).data
+    env_first = data[first.offset : first.offset + first.length]
+    env_second = data[second.offset : second.offset + second.length]
+    swapped = (
+        data[: first.offset]
+        + env_second
+        + data[first.offset + first.length : second.offset]
+        + env_first
+        + data[second.offset + second.length :]
+    )
+    assert len(swapped) == len(data)
+    raw.put(first.key, swapped)
     cp = env.open().run(RUN).latest()
     assert cp is not None
-    for name, key in (("a.bin", key_a), ("b.bin", key_b)):
+    for name, key in (("a.bin", loc_a.key), ("b.bin", loc_b.key)):
 
         def read(name: str = name) -> bytes:
             with cp.open_artifact(name) as fh:
@@ -286,15 +321,20 @@ def test_swapped_blobs(env: StoreEnv) -> None:
 
 def test_deleted_artifact_blob(env: StoreEnv) -> None:
     store = env.open()
-    cps = _seed(store)
-    (key,) = _blob_keys(cps[-1], "b.bin")
+    _seed(store)
+    extra = os.urandom(500)
+    # a new artifact in a later commit lands in a pack of its own; a.bin is reused from the first
+    last = store.run(RUN).claim().commit({"step": 4}, artifacts={"a.bin": ART_A, "c.bin": extra})
+    (loc,) = _blob_locs(last, "c.bin")
+    key = loc.key
+    assert key != _blob_locs(last, "a.bin")[0].key
     env.raw().delete(key)
     cp = env.open().run(RUN).latest()
     assert cp is not None
     assert cp.read_artifact("a.bin") == ART_A
 
     def read() -> bytes:
-        with cp.open_artifact("b.bin") as fh:
+        with cp.open_artifact("c.bin") as fh:
             return fh.read()
 
     exc = _raises(s3ckpt.IntegrityError, read, key=key, hints=(VERIFY,))
@@ -305,11 +345,12 @@ def test_state_stored_as_chunks_tampered_or_deleted(env: StoreEnv) -> None:
     """A state too large to inline lives in blobs; damaging them makes latest()/get()/history() refuse."""
     store = env.open(inline_limit=16)
     cps = _seed(store)
-    flipped = _state_blob_keys(cps[-1])[0]
-    deleted = _state_blob_keys(cps[0])[0]
+    flipped_loc = _state_blob_locs(cps[-1])[0]
+    deleted_loc = _state_blob_locs(cps[0])[0]
+    flipped, deleted = flipped_loc.key, deleted_loc.key
     assert flipped != deleted
     raw = env.raw()
-    _flip(raw, flipped, 30)
+    _flip_chunk(raw, flipped_loc, 30)
     raw.delete(deleted)
     fresh = env.open(inline_limit=16)
     _raises(s3ckpt.IntegrityError, lambda: fresh.run(RUN).latest(), key=flipped, hints=(VERIFY,))

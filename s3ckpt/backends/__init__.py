@@ -4,15 +4,31 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 from ..errors import ConfigurationError
 from ._base import Backend, Capabilities, GetResult, Match, ObjectInfo, PutMode, PutResult
-from ._fsspec import FsspecBackend
 from ._local import LocalBackend
 from ._memory import MemoryBackend
-from ._s3 import S3Backend
+
+if TYPE_CHECKING:
+    from ._fsspec import FsspecBackend
+    from ._s3 import S3Backend
+
+
+def __getattr__(name: str) -> Any:
+    # boto3 and fsspec cost ~0.3 s to import; a local or memory store never needs them.
+    if name == "S3Backend":
+        from ._s3 import S3Backend
+
+        return S3Backend
+    if name == "FsspecBackend":
+        from ._fsspec import FsspecBackend
+
+        return FsspecBackend
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "DEFAULT_URL",
@@ -52,9 +68,13 @@ def open_backend(url: str | None = None, **options: Any) -> Backend:
         if not parts.netloc:
             raise ConfigurationError(f"{url!r} names no bucket: use s3://bucket/prefix")
         _reject_unknown(options, _S3_OPTIONS, url)
+        from ._s3 import S3Backend
+
         return S3Backend(parts.netloc, parts.path, **{k: v for k, v in options.items() if v is not None})
     _reject_unknown(options, ("storage_options",), url)
     storage_options: Mapping[str, Any] = options.get("storage_options") or {}
+    from ._fsspec import FsspecBackend
+
     return FsspecBackend(url, storage_options=storage_options)
 
 

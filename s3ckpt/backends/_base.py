@@ -81,11 +81,16 @@ class Backend(abc.ABC):
     def get(self, key: str) -> GetResult:
         """Return the object; raise ObjectNotFoundError if it does not exist."""
 
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        """``length`` bytes from ``start`` (fewer at the end of the object). Backends override this
+        with a real range read; this fallback reads the whole object."""
+        return self.get(key).data[start : start + length]
+
     @abc.abstractmethod
     def put(
         self,
         key: str,
-        data: bytes,
+        data: bytes | bytearray | memoryview,
         *,
         mode: PutMode = "overwrite",
         metadata: Mapping[str, str] | None = None,

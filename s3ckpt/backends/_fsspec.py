@@ -57,10 +57,16 @@ class FsspecBackend(Backend):
         except FileNotFoundError:
             raise ObjectNotFoundError(key) from None
 
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        try:
+            return bytes(self.fs.cat_file(self._p(key), start=start, end=start + length))
+        except FileNotFoundError:
+            raise ObjectNotFoundError(key) from None
+
     def put(
         self,
         key: str,
-        data: bytes,
+        data: bytes | bytearray | memoryview,
         *,
         mode: PutMode = "overwrite",
         metadata: Mapping[str, str] | None = None,

@@ -53,7 +53,17 @@ class LocalBackend(Backend):
         except NotADirectoryError:
             raise ObjectNotFoundError(key) from None
 
-    def _write_temp(self, path: Path, data: bytes) -> Path:
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        try:
+            fd = os.open(self._path(key), os.O_RDONLY)
+        except (FileNotFoundError, NotADirectoryError):
+            raise ObjectNotFoundError(key) from None
+        try:
+            return os.pread(fd, length, start)
+        finally:
+            os.close(fd)
+
+    def _write_temp(self, path: Path, data: bytes | bytearray | memoryview) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.parent / f"{_TMP}{secrets.token_hex(8)}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -82,7 +92,7 @@ class LocalBackend(Backend):
     def put(
         self,
         key: str,
-        data: bytes,
+        data: bytes | bytearray | memoryview,
         *,
         mode: PutMode = "overwrite",
         metadata: Mapping[str, str] | None = None,

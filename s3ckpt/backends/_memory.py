@@ -52,7 +52,7 @@ class MemoryBackend(Backend):
     def put(
         self,
         key: str,
-        data: bytes,
+        data: bytes | bytearray | memoryview,
         *,
         mode: PutMode = "overwrite",
         metadata: Mapping[str, str] | None = None,

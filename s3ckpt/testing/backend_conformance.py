@@ -31,6 +31,14 @@ class BackendConformance:
         backend.put("a/b", b"two")
         assert backend.get("a/b").data == b"two"
 
+    def test_get_range(self, backend: Backend) -> None:
+        backend.put("r", bytes(range(200)))
+        assert backend.get_range("r", 10, 5) == bytes(range(10, 15))
+        assert backend.get_range("r", 195, 50) == bytes(range(195, 200))
+        assert backend.get_range("r", 0, 200) == bytes(range(200))
+        with pytest.raises(ObjectNotFoundError):
+            backend.get_range("missing", 0, 1)
+
     def test_create_refuses_existing(self, backend: Backend) -> None:
         backend.put("k", b"first", mode="create")
         with pytest.raises(PreconditionFailedError):
