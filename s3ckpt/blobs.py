@@ -29,7 +29,7 @@ from pyfastcdc import FastCDC
 from . import codec
 from ._names import BlobId, blob_key, check_blob_id, pack_key
 from .backends import Backend
-from .crypto import Cipher, Sealer, sealed_size
+from .crypto import ENVELOPE_OVERHEAD, Cipher, Sealer, sealed_size
 from .errors import (
     IntegrityError,
     InvalidArtifactError,
@@ -232,6 +232,33 @@ class BlobStore:
         self.give_buffer(buffer)
 
     # -- reading -----------------------------------------------------------------------------
+
+    def check_stored(self, manifests: Mapping[str, Manifest], *, where: str, read: bool = False) -> None:
+        """Every object the manifests need exists and is long enough (one HEAD per pack, in
+        parallel); with ``read``, every chunk is also fetched and verified."""
+        if read:
+            for manifest in manifests.values():
+                for _ in self.iter_chunks(manifest):
+                    pass
+            return
+        needed: dict[str, tuple[int, str]] = {}  # key -> (bytes needed, an artifact that needs them)
+        for name, manifest in manifests.items():
+            for ref in manifest.chunks:
+                key = pack_key(BlobId(ref.pack)) if ref.pack else blob_key(BlobId(ref.id))
+                end = ref.offset + (ref.length or ENVELOPE_OVERHEAD)
+                if end > needed.get(key, (0, ""))[0]:
+                    needed[key] = (end, name)
+        for (key, (end, name)), info in zip(needed.items(), self.pool.map(self.backend.head, needed), strict=True):
+            if info is None:
+                raise IntegrityError(
+                    f"{where}: artifact {name!r} needs {key}, which is missing; run `s3ckpt verify`", key=key
+                )
+            if info.size < end:
+                raise IntegrityError(
+                    f"{where}: artifact {name!r} needs {end} bytes of {key}, which holds {info.size} (truncated); "
+                    "run `s3ckpt verify`",
+                    key=key,
+                )
 
     def _spans(self, chunks: Iterable[ChunkRef]) -> Iterator[_Span]:
         """Group consecutive chunks that lie back to back in one pack into range reads."""

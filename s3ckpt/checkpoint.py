@@ -13,6 +13,7 @@ from .records import CommitRecord, Manifest
 
 if TYPE_CHECKING:
     from .blobs import BlobStore
+    from .workflows import VersionChange
 
 
 class ArtifactNotFoundError(S3ckptError, KeyError):
@@ -29,6 +30,14 @@ class Checkpoint:
         self._record = record
         self._blobs = blobs
         self.state = state
+        #: Set when the checkpoint was resumed under another workflow version or provenance.
+        self.version_change: VersionChange | None = None
+
+    def evolved(self, *, state: Any, change: VersionChange) -> Checkpoint:
+        """This checkpoint as seen by code of another version: migrated state, change recorded."""
+        out = Checkpoint(self._record, state, self._blobs)
+        out.version_change = change
+        return out
 
     @property
     def run_id(self) -> str:

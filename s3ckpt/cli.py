@@ -223,6 +223,30 @@ def show(ctx: typer.Context, run: str, seq: Annotated[int | None, typer.Argument
 
 
 @app.command()
+def migrate(
+    ctx: typer.Context,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would change; change nothing.")] = False,
+) -> None:
+    """Upgrade the store's format where that is safe, and say what changes."""
+    c: Context = ctx.obj
+
+    def go() -> None:
+        with c.open() as store:
+            changes = store.migrate(dry_run=dry_run)
+
+            def render() -> None:
+                verb = "would change" if dry_run else "changed"
+                if not changes:
+                    out.print(f"store {store.config.store_id} is at the current format; nothing to do")
+                for line in changes:
+                    out.print(f"{verb}: {line}", highlight=False, markup=False)
+
+            c.emit({"dry_run": dry_run, "changes": changes}, render)
+
+    _guard(go)
+
+
+@app.command()
 def demo(
     s3: Annotated[bool, typer.Option("--s3", help="Run against a moto S3 server started for the demo.")] = False,
     steps: Annotated[int, typer.Option(min=4, max=50)] = 8,

@@ -22,7 +22,7 @@ from collections.abc import Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import pydantic
 
@@ -45,9 +45,12 @@ from .errors import (
     UnsupportedBackendError,
 )
 from .records import HEAD_SCHEMA_VERSION, RECORD_SCHEMA_VERSION, ChunkRef, CommitRecord, HeadPointer, Manifest
+from .workflows import OnVersionChange, resolve
 
 if TYPE_CHECKING:
     from .store import Store
+
+Validate = Literal["exists", "full"]
 
 log = logging.getLogger("s3ckpt")
 
@@ -130,7 +133,7 @@ class Run:
             current, nxt = nxt, self._load(nxt.record.seq + 1)
         return current, etag
 
-    def _checkpoint(self, record: CommitRecord) -> Checkpoint:
+    def _checkpoint(self, record: CommitRecord, validate: Validate = "exists") -> Checkpoint:
         state: Any = record.state
         if record.state_manifest is not None:
             raw = self.store.blobs.read_all(record.state_manifest)
@@ -138,10 +141,38 @@ class Run:
                 state = json.loads(raw)
             except (ValueError, RecursionError) as exc:
                 raise IntegrityError(f"run {self.run_id!r}@{record.seq}: stored state is not valid JSON: {exc}") from None
+        if validate not in ("exists", "full"):
+            raise InvalidArtifactError(f"validate must be 'exists' or 'full', not {validate!r}")
+        where = f"run {self.run_id!r}@{record.seq}"
+        self.store.blobs.check_stored(record.artifacts, where=where, read=validate == "full")
         return Checkpoint(record, state, self.store.blobs)
 
-    def latest(self) -> Checkpoint | None:
-        """The latest committed checkpoint, validated; None if the run has none (or was deleted)."""
+    def latest(
+        self,
+        *,
+        workflow_version: str | None = None,
+        provenance: Mapping[str, Any] | None = None,
+        on_version_change: OnVersionChange = "migrate",
+        validate: Validate = "exists",
+    ) -> Checkpoint | None:
+        """The latest committed checkpoint, validated; None if the run has none (or was deleted).
+
+        With ``workflow_version`` (and ``provenance``), a checkpoint written by other code follows
+        ``on_version_change`` (see workflows.resolve). ``validate="exists"`` checks that every pack
+        an artifact needs is stored and long enough; ``"full"`` also reads and verifies every chunk.
+        """
+        checkpoint = self._latest(validate)
+        if checkpoint is None or (workflow_version is None and not provenance):
+            return checkpoint
+        return resolve(
+            checkpoint,
+            self.store.migrations,
+            workflow_version=workflow_version,
+            provenance=provenance,
+            on_version_change=on_version_change,
+        )
+
+    def _latest(self, validate: Validate) -> Checkpoint | None:
         entry, _ = self._tail()
         if entry is None or entry.record.kind == "deleted" or entry.record.checkpoint_seq is None:
             return None
@@ -154,15 +185,15 @@ class Run:
                     f"record {record.seq} names it as the latest checkpoint, but it is missing or not a checkpoint",
                 )
             record = target.record
-        return self._checkpoint(record)
+        return self._checkpoint(record, validate)
 
-    def get(self, seq: int) -> Checkpoint:
+    def get(self, seq: int, *, validate: Validate = "exists") -> Checkpoint:
         entry = self._load(seq)
         if entry is None:
             raise RunNotFoundError(f"run {self.run_id!r} has no record at seq {seq}")
         if entry.record.kind != "checkpoint":
             raise RunNotFoundError(f"seq {seq} of run {self.run_id!r} is a {entry.record.kind} record, not a checkpoint")
-        return self._checkpoint(entry.record)
+        return self._checkpoint(entry.record, validate)
 
     def records(self) -> Iterator[CommitRecord]:
         """Every record, oldest first, with the hash chain checked from seq 0."""
@@ -247,9 +278,17 @@ class Run:
                 return existing, existing.record.write_id == record.write_id
         raise BackendError(f"could not create {key} after {attempts} attempts")
 
-    def claim(self, **provenance: Any) -> Writer:
-        """Become the run's writer: append a claim record with a higher epoch, fencing older writers."""
+    def claim(self, *, workflow: str | None = None, workflow_version: str | None = None, **provenance: Any) -> Writer:
+        """Become the run's writer: append a claim record with a higher epoch, fencing older writers.
+
+        ``workflow`` and ``workflow_version`` name the code that writes from now on; other keywords
+        (model, prompt hash, tool-contract versions, ...) are recorded as provenance. Every
+        checkpoint this writer commits carries them."""
         self._require_atomic_create()
+        if workflow is not None:
+            provenance["workflow"] = str(workflow)
+        if workflow_version is not None:
+            provenance["workflow_version"] = str(workflow_version)
         try:
             provenance = json.loads(json.dumps(provenance, allow_nan=False))
         except (TypeError, ValueError) as exc:

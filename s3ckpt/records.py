@@ -4,6 +4,7 @@ unexpected fields are errors, never silent defaults.
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from typing import Annotated, Literal
 
@@ -15,6 +16,8 @@ from ._names import check_blob_id
 FORMAT_VERSION = 2
 #: The schema version of commit records (migrations in ``migrations.py`` bring older ones forward).
 RECORD_SCHEMA_VERSION = 2
+#: The schema version of key files.
+KEYFILE_VERSION = 1
 #: The schema version of the HEAD pointer.
 HEAD_SCHEMA_VERSION = 1
 
@@ -122,6 +125,21 @@ class CommitRecord(_Strict):
     artifacts: dict[str, Manifest] = Field(default_factory=dict)
     meta: dict[str, JsonValue] = Field(default_factory=dict)
     provenance: dict[str, JsonValue] = Field(default_factory=dict)
+
+    @field_validator("state", "meta", "provenance")
+    @classmethod
+    def _finite(cls, value: JsonValue) -> JsonValue:
+        # JSON has no NaN or infinity; s3ckpt never writes them, so a record holding one is damaged.
+        stack = [value]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, float) and not math.isfinite(item):
+                raise ValueError("NaN and infinity are not JSON values")
+            if isinstance(item, dict):
+                stack.extend(item.values())
+            elif isinstance(item, list):
+                stack.extend(item)
+        return value
 
 
 class HeadPointer(_Strict):

@@ -12,9 +12,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pydantic
+import pydantic_core
 
-from ._names import decode_run_id, parse_seq
-from .backends import Backend, open_backend
+from . import codec
+from ._names import decode_run_id, parse_seq, run_prefix
+from .backends import Backend, Match, PutMode, open_backend
 from .blobs import DEFAULT_CHUNKER, BlobStore
 from .crypto import Cipher
 from .errors import (
@@ -28,7 +30,8 @@ from .errors import (
 )
 from .keyring import UserKey, matches, parse_key, unwrap_master_key, wrap_master_key
 from .log import Run
-from .records import FORMAT_VERSION, ChunkerParams, KeyFile, StoreConfig
+from .records import FORMAT_VERSION, KEYFILE_VERSION, RECORD_SCHEMA_VERSION, ChunkerParams, KeyFile, StoreConfig
+from .workflows import StateMigration, WorkflowMigrations
 
 log = logging.getLogger("s3ckpt")
 
@@ -71,9 +74,15 @@ class Store:
         self._kms_client = kms_client
         self.pool = ThreadPoolExecutor(max_workers=options.concurrency, thread_name_prefix="s3ckpt")
         self.blobs = BlobStore(backend, self.cipher, config.chunker, self.pool, max_inflight=2 * options.concurrency)
+        self.migrations = WorkflowMigrations()
 
     def __repr__(self) -> str:
         return f"Store({self.backend.url!r}, id={self.config.store_id})"
+
+    def register_migration(self, workflow: str, from_version: str, to_version: str, fn: StateMigration) -> None:
+        """Teach the store to bring a run's state from one workflow version to the next:
+        ``fn(state) -> state``. Versions chain (1 -> 2 -> 3); resume applies them in order."""
+        self.migrations.register(workflow, from_version, to_version, fn)
 
     def run(self, run_id: str) -> Run:
         """A handle on one run's log; any non-empty string is a valid run id."""
@@ -90,8 +99,6 @@ class Store:
 
     def _run_id_from_records(self, segment: str) -> str | None:
         # A hashed name cannot be decoded: the run id lives, authenticated, in each record.
-        from . import codec
-
         prefix = f"runs/{segment}/log/"
         for info in self.backend.list(prefix):
             seq = parse_seq(info.key[len(prefix) :])
@@ -100,6 +107,49 @@ class Store:
             sealed = self.backend.get(info.key).data
             return codec.peek_run_id(self.cipher, sealed, segment=segment, seq=seq, key=info.key)
         return None
+
+    # -- format ------------------------------------------------------------------------------
+
+    def migrate(self, *, dry_run: bool = False) -> list[str]:
+        """Upgrade the store's format where that is safe, and say what changed (or would).
+
+        Only the config is rewritten: log records are immutable (their hash chain depends on their
+        bytes), so records of an older schema stay as written and are migrated in memory on read.
+        """
+        changes: list[str] = []
+        schemas: dict[int, int] = {}
+        for run_id in self.runs():
+            for info in self.backend.list(f"{run_prefix(run_id)}log/"):
+                version = _peek_int(self._open_plain(info.key), "schema_version")
+                if version is not None:
+                    schemas[version] = schemas.get(version, 0) + 1
+        for version, count in sorted(schemas.items()):
+            if version < RECORD_SCHEMA_VERSION:
+                changes.append(
+                    f"{count} record(s) of schema {version} stay as written (immutable, hash-chained) and are "
+                    f"migrated to schema {RECORD_SCHEMA_VERSION} in memory on every read"
+                )
+        if self.config.version < FORMAT_VERSION:
+            changes.append(
+                f"config: format {self.config.version} -> {FORMAT_VERSION}; clients older than this one will "
+                "refuse the store from then on"
+            )
+            if not dry_run:
+                draft = self.config.model_copy(update={"version": FORMAT_VERSION, "key_check": ""})
+                upgraded = draft.model_copy(update={"key_check": self.cipher.key_check(_config_check_message(draft))})
+                current = self.backend.get("config")
+                cas = self.backend.capabilities.compare_and_swap and current.etag
+                mode: PutMode = Match(current.etag) if cas and current.etag else "overwrite"
+                self.backend.put("config", upgraded.model_dump_json().encode(), mode=mode)
+                self.config = upgraded
+        return changes
+
+    def _open_plain(self, key: str) -> bytes:
+        """The plaintext of a log record, without validating it (for migrate's census)."""
+        seq = parse_seq(key.rsplit("/", 1)[-1])
+        segment = key.split("/")[1]
+        flag, payload = self.cipher.open("log", f"{segment}/{seq}", self.backend.get(key).data, key=key)
+        return codec.decompress(flag, payload, limit=256 << 20, where=key)
 
     # -- keys --------------------------------------------------------------------------------
 
@@ -167,18 +217,35 @@ def _load_config(backend: Backend) -> StoreConfig | None:
         raise IntegrityError(f"{invalid} ({exc.errors()[0]['msg']}); restore it from a backup", key="config") from None
 
 
-def _load_keyfiles(backend: Backend, store_id: str | None) -> list[KeyFile]:
-    """The key files of ``store_id`` (None: of any store)."""
+def _load_keyfiles(backend: Backend, store_id: str | None, *, newer: list[int] | None = None) -> list[KeyFile]:
+    """The key files of ``store_id`` (None: of any store). Versions of key files too new to read
+    are appended to ``newer``, so a failure to open can say "upgrade" instead of "wrong key"."""
     found = []
     for info in backend.list("keys/"):
         try:
-            keyfile = KeyFile.model_validate_json(backend.get(info.key).data)
-        except (pydantic.ValidationError, ObjectNotFoundError):
-            log.warning("ignoring unreadable key file %s", info.key)
+            raw = backend.get(info.key).data
+        except ObjectNotFoundError:  # removed since the listing
+            continue
+        try:
+            keyfile = KeyFile.model_validate_json(raw)
+        except pydantic.ValidationError:
+            version = _peek_int(raw, "version")
+            if version is not None and version > KEYFILE_VERSION and newer is not None:
+                newer.append(version)
+            else:
+                log.warning("ignoring unreadable key file %s", info.key)
             continue
         if store_id is None or keyfile.store_id == store_id:
             found.append(keyfile)
     return found
+
+
+def _peek_int(raw: bytes, field: str) -> int | None:
+    try:
+        value = pydantic_core.from_json(raw).get(field)
+    except (ValueError, AttributeError):
+        return None
+    return value if isinstance(value, int) else None
 
 
 def _kms_factory(region: str | None, endpoint_url: str | None) -> Callable[[], Any]:
@@ -191,7 +258,8 @@ def _kms_factory(region: str | None, endpoint_url: str | None) -> Callable[[], A
 
 
 def _unwrap(backend: Backend, config: StoreConfig, user_key: UserKey, kms: Callable[[], Any]) -> bytes:
-    every = [k for k in _load_keyfiles(backend, None) if matches(k, user_key)]
+    newer: list[int] = []
+    every = [k for k in _load_keyfiles(backend, None, newer=newer) if matches(k, user_key)]
     candidates = [k for k in every if k.store_id == config.store_id]
     if not candidates and every:
         # Key files for this key exist, but for another store id: the config is not the one they
@@ -206,6 +274,13 @@ def _unwrap(backend: Backend, config: StoreConfig, user_key: UserKey, kms: Calla
             return unwrap_master_key(keyfile, user_key, kms_client=kms)
         except DecryptionError:
             continue
+    if newer:
+        raise IncompatibleSchemaError(
+            f"the store at {backend.url} has key files of version {max(newer)}, newer than {KEYFILE_VERSION} which "
+            "this s3ckpt reads, and none of the readable ones opens with this key; upgrade s3ckpt",
+            found=max(newer),
+            supported=KEYFILE_VERSION,
+        )
     kind = type(user_key).__name__.replace("Key", "").lower()
     raise DecryptionError(
         f"the given {kind} key does not open the store at {backend.url} (tried {len(candidates)} matching key "

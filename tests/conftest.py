@@ -17,7 +17,10 @@ from moto import mock_aws
 
 import s3ckpt
 from s3ckpt.backends import Backend, MemoryBackend, open_backend
-from s3ckpt.testing import MotoServer
+from s3ckpt.testing import MotoServer, make_moto_conditional_writes_atomic
+
+# moto's in-process mock checks conditions and writes without a lock; S3 does both atomically.
+make_moto_conditional_writes_atomic()
 
 BACKENDS = ["memory", "local", "moto", "moto_http"]
 

@@ -44,3 +44,37 @@ def test_golden_store_reads_back(fixture: str, key: str, tmp_path: Path) -> None
         again = store.run("golden/run 1").latest()
         assert again is not None
         assert again.state == {"step": 3}
+
+
+def test_migrate_upgrades_a_format_1_store(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    shutil.copytree(DATA / "format-v1" / "store", root)
+    before = (root / "config").read_bytes()
+    with s3ckpt.open_store(str(root), key=make_golden.KEY, create=False) as store:
+        planned = store.migrate(dry_run=True)
+        assert (root / "config").read_bytes() == before  # a dry run changes nothing
+        assert any("config: format 1 -> 2" in line for line in planned)
+        assert any("record(s) of schema 1" in line for line in planned)
+        assert store.migrate() == planned
+    with s3ckpt.open_store(str(root), key=make_golden.KEY, create=False) as store:
+        assert store.config.version == 2
+        assert not any("config" in line for line in store.migrate(dry_run=True))
+        latest = store.run("golden/run 1").latest()
+        assert latest is not None
+        assert latest.read_artifact("report.bin") == make_golden.expected()["artifact"]
+
+
+def test_migrate_cli_dry_run(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    root = tmp_path / "store"
+    shutil.copytree(DATA / "format-v1" / "store", root)
+    args = [sys.executable, "-c", "from s3ckpt.cli import main; main()", "--url", str(root), "--key", make_golden.KEY]
+    result = subprocess.run([*args, "--json", "migrate", "--dry-run"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["dry_run"] is True
+    assert any("format 1 -> 2" in line for line in report["changes"])
+    assert json.loads((root / "config").read_text())["version"] == 1

@@ -320,6 +320,8 @@ def test_swapped_blobs(env: StoreEnv) -> None:
 
 
 def test_deleted_artifact_blob(env: StoreEnv) -> None:
+    """A checkpoint whose artifact lost its pack is refused on load (existence is always checked),
+    naming the pack; checkpoints that do not need the pack still load and read."""
     store = env.open()
     _seed(store)
     extra = os.urandom(500)
@@ -329,22 +331,28 @@ def test_deleted_artifact_blob(env: StoreEnv) -> None:
     key = loc.key
     assert key != _blob_locs(last, "a.bin")[0].key
     env.raw().delete(key)
-    cp = env.open().run(RUN).latest()
-    assert cp is not None
-    assert cp.read_artifact("a.bin") == ART_A
-
-    def read() -> bytes:
-        with cp.open_artifact("c.bin") as fh:
-            return fh.read()
-
-    exc = _raises(s3ckpt.IntegrityError, read, key=key, hints=(VERIFY,))
+    fresh = env.open()
+    exc = _raises(s3ckpt.IntegrityError, lambda: fresh.run(RUN).latest(), key=key, hints=(VERIFY, "c.bin"))
     assert "missing" in str(exc)
+    _raises(s3ckpt.IntegrityError, lambda: fresh.run(RUN).get(last.seq), key=key, hints=(VERIFY,))
+    assert fresh.run(RUN).get(3).read_artifact("a.bin") == ART_A
+
+
+def test_truncated_pack_is_refused_on_load(env: StoreEnv) -> None:
+    store = env.open()
+    cps = _seed(store)
+    (loc,) = _blob_locs(cps[-1], "b.bin")
+    raw = env.raw()
+    raw.put(loc.key, raw.get(loc.key).data[: loc.offset + loc.length - 1])
+    exc = _raises(s3ckpt.IntegrityError, lambda: env.open().run(RUN).latest(), key=loc.key, hints=(VERIFY,))
+    assert "truncated" in str(exc)
 
 
 def test_state_stored_as_chunks_tampered_or_deleted(env: StoreEnv) -> None:
     """A state too large to inline lives in blobs; damaging them makes latest()/get()/history() refuse."""
     store = env.open(inline_limit=16)
-    cps = _seed(store)
+    writer = store.run(RUN).claim(host="test")
+    cps = [writer.commit({"step": i, "run": RUN}) for i in range(1, 4)]  # states only: a pack each
     flipped_loc = _state_blob_locs(cps[-1])[0]
     deleted_loc = _state_blob_locs(cps[0])[0]
     flipped, deleted = flipped_loc.key, deleted_loc.key

@@ -2,6 +2,6 @@
 fixtures (``s3ckpt.testing.plugin``) for stores on every backend.
 """
 
-from .moto_server import Fault, MotoServer, RequestInfo, RequestLog
+from .moto_server import Fault, MotoServer, RequestInfo, RequestLog, make_moto_conditional_writes_atomic
 
-__all__ = ["Fault", "MotoServer", "RequestInfo", "RequestLog"]
+__all__ = ["Fault", "MotoServer", "RequestInfo", "RequestLog", "make_moto_conditional_writes_atomic"]

@@ -63,6 +63,34 @@ def _kind(info: RequestInfo) -> str:
     return info.method
 
 
+_ATOMIC_LOCK = threading.RLock()
+
+
+def make_moto_conditional_writes_atomic() -> None:
+    """Make moto's conditional writes atomic, as S3's are.
+
+    moto checks If-None-Match / If-Match and then writes, with no lock in between (moto/s3/
+    responses.py ``put_object``), so two racing creates can both succeed: a difference from S3 that
+    would make race tests flaky for the wrong reason. Likewise an overwrite closes the old object's
+    buffer while a concurrent GET may still be reading it ("I/O operation on closed file").
+    Serialising moto's object handlers restores S3's semantics; it applies to the in-process mock
+    and to the server alike. Idempotent.
+    """
+    from moto.s3.responses import S3Response
+
+    for name in ("put_object", "delete_object", "get_object", "head_object"):
+        method = getattr(S3Response, name)
+        if getattr(method, "_s3ckpt_atomic", False):
+            continue
+
+        def atomic(self: Any, *args: Any, __method: Any = method, **kwargs: Any) -> Any:
+            with _ATOMIC_LOCK:
+                return __method(self, *args, **kwargs)
+
+        atomic._s3ckpt_atomic = True  # type: ignore[attr-defined]
+        setattr(S3Response, name, atomic)
+
+
 class MotoServer:
     """``with MotoServer() as server: server.endpoint_url``; one per test session is plenty."""
 
@@ -77,6 +105,7 @@ class MotoServer:
         from werkzeug.serving import make_server
 
         logging.getLogger("werkzeug").setLevel(logging.ERROR)
+        make_moto_conditional_writes_atomic()
         app = DomainDispatcherApplication(create_backend_app)
         self._server = make_server("127.0.0.1", 0, self._wrap(app), threaded=True)
         self._thread = threading.Thread(target=self._server.serve_forever, name="moto-server", daemon=True)
