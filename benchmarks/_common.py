@@ -304,6 +304,22 @@ class Verdicts:
         return 1 if self.failed else 0
 
 
+def library_note() -> str:
+    """Which s3ckpt this run measured: version, where it was imported from, and its git commit when
+    that directory is a git work tree (``+dirty`` if the package has uncommitted changes)."""
+    import s3ckpt
+
+    package = Path(s3ckpt.__file__).resolve().parent
+    note = f"s3ckpt {s3ckpt.__version__} from {package}"
+    try:
+        git = ["git", "-C", str(package)]
+        commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
+        dirty = subprocess.run([*git, "status", "--porcelain", "--", "."], capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return note
+    return f"{note} (git {commit.stdout.strip()}{'+dirty' if dirty.stdout.strip() else ''})"
+
+
 def machine_note(workdir: Path | None = None) -> str:
     load = os.getloadavg()
     note = f"{os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, Python {sys.version.split()[0]}"

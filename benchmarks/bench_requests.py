@@ -4,7 +4,7 @@
     python benchmarks/bench_requests.py --commits 200 --loads 50
 
 The moto server (s3ckpt.testing.MotoServer) runs in this process and counts every request that
-reaches it, by method and by the kind of key (log record, HEAD pointer, blob, config, key file).
+reaches it, by method and by the kind of key (log record, HEAD pointer, pack, config, key file).
 Each client runs in its own child process, so its peak RSS is its own and it does not share a GIL
 with the server. The child brackets every operation with BEGIN/END lines on a pipe; the server's
 counters are reset at BEGIN and read at END, so each operation is charged exactly its requests.
@@ -180,7 +180,8 @@ def key_kind(path: str, query: str) -> str:
 def _key_kind(key: str) -> str:
     if key.endswith("/HEAD"):
         return "HEAD"
-    for marker, kind in (("/log/", "log"), ("/blobs/", "blob"), ("/keys/", "keys"), ("/runs/", "runs")):
+    markers = (("/log/", "log"), ("/packs/", "pack"), ("/blobs/", "blob"), ("/keys/", "keys"), ("/runs/", "runs"))
+    for marker, kind in markers:
         if marker in key or key.startswith(marker[1:]):
             return kind
     return "config" if key.endswith("config") else "other"
@@ -380,7 +381,7 @@ def main() -> int:
               flush=True)  # fmt: skip
         ours = run_side("s3ckpt", args, server, bucket)
         naive = run_side("naive", args, server, bucket)
-    print(f"\nbench_requests: {c.machine_note()}\n")
+    print(f"\nbench_requests: {c.machine_note()}; {c.library_note()}\n")
     print_tables(ours, naive)
     return verdicts(ours)
 

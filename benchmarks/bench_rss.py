@@ -8,6 +8,10 @@ The file is generated on disk by this process first; every measured operation th
 child process whose own peak RSS (``ru_maxrss`` from ``wait4``) is reported. A child that only
 imports s3ckpt is measured too, to show the fixed cost of the interpreter and its imports.
 
+s3ckpt restores with Checkpoint.restore_artifact() (parallel fetch, verify and pwrite into a temporary
+file renamed into place); ``--restore-api open_artifact`` streams open_artifact() through
+shutil.copyfileobj instead.
+
 Target: saving the file peaks at <= 256 MiB RSS. Restoring is held to the same bound.
 """
 
@@ -39,8 +43,14 @@ def _measured(result: c.ChildResult) -> Measured:
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size-mib", type=int, default=1024, help="file size in MiB (default 1024)")
-    parser.add_argument("--workdir", default=None, help="where to put the data and both repositories (default: $TMPDIR)")
+    parser.add_argument("--workdir", default=None, help="where to put the data and both repositories (default: /var/tmp)")
     parser.add_argument("--concurrency", type=int, default=0, help="s3ckpt store concurrency (default: library default)")
+    parser.add_argument(
+        "--restore-api",
+        choices=("restore_artifact", "open_artifact"),
+        default="restore_artifact",
+        help="how s3ckpt restores to a file: Checkpoint.restore_artifact() (default) or open_artifact() streamed",
+    )
     parser.add_argument("--skip-restic", action="store_true", help="measure s3ckpt only")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     return parser.parse_args()
@@ -58,7 +68,8 @@ def measure_s3ckpt(args: argparse.Namespace, work: Path, data: Path, expected: s
     save = c.run_measured(c.worker_argv("save", *common, "--file", str(data)), env=env).check()
     restored = work / "s3ckpt-restored.bin"
     c.settle()
-    restore = c.run_measured(c.worker_argv("restore", *common, "--out", str(restored)), env=env).check()
+    argv = c.worker_argv("restore", *common, "--out", str(restored), "--restore-api", args.restore_api)
+    restore = c.run_measured(argv, env=env).check()
     if c.sha256_file(restored) != expected:
         raise RuntimeError("s3ckpt restored different bytes")
     c.remove(restored)
@@ -124,7 +135,8 @@ def main() -> int:
             print("measuring restic backup and restore ...", flush=True)
             theirs = measure_restic(work, data, expected)
         print(f"\nbench_rss: {c.fmt_bytes(size)} file; {c.machine_note(work)}")
-        print(f"s3ckpt {s3ckpt.__version__}, concurrency {args.concurrency or 'default'}; data: {c.DATA_MIX}\n")
+        print(f"{c.library_note()}, concurrency {args.concurrency or 'default'}, restore via {args.restore_api}")
+        print(f"data: {c.DATA_MIX}\n")
         return report(ours, theirs, size)
     finally:
         if args.keep:
