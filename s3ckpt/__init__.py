@@ -28,8 +28,9 @@ from .errors import (
     UnknownOutcomeError,
     UnsupportedBackendError,
 )
-from .log import Run, Writer
+from .log import Run
 from .store import Store, StoreOptions, open_store
+from .writer import Writer
 
 __version__ = "0.1.0"
 

@@ -15,7 +15,6 @@ import hashlib
 import json
 import logging
 import secrets
-import threading
 import time
 from collections import deque
 from collections.abc import Iterator, Mapping
@@ -24,28 +23,23 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-import pydantic
-
 from . import codec
 from ._names import encode_run_id, head_key, log_key, parse_seq, run_prefix
-from .backends import Match, PutMode
-from .blobs import WriteStats, open_source
 from .checkpoint import Checkpoint
 from .errors import (
     BackendError,
     ConflictError,
-    FencedError,
     IntegrityError,
     InvalidArtifactError,
     ObjectNotFoundError,
     PreconditionFailedError,
-    RunDeletedError,
     RunNotFoundError,
     TransientBackendError,
     UnsupportedBackendError,
 )
-from .records import HEAD_SCHEMA_VERSION, RECORD_SCHEMA_VERSION, ChunkRef, CommitRecord, HeadPointer, Manifest
+from .records import RECORD_SCHEMA_VERSION, CommitRecord, HeadPointer
 from .workflows import OnVersionChange, resolve
+from .writer import Writer, json_value
 
 if TYPE_CHECKING:
     from .store import Store
@@ -289,10 +283,7 @@ class Run:
             provenance["workflow"] = str(workflow)
         if workflow_version is not None:
             provenance["workflow_version"] = str(workflow_version)
-        try:
-            provenance = json.loads(json.dumps(provenance, allow_nan=False))
-        except (TypeError, ValueError) as exc:
-            raise InvalidArtifactError(f"provenance must be JSON-compatible: {exc}") from None
+        provenance = json_value(provenance, "provenance")
         writer_id = secrets.token_hex(8)
         for _ in range(64):
             tail, head_etag = self._tail()
@@ -319,159 +310,3 @@ class Run:
             writer._move_head(seq)
             return writer
         raise ConflictError(f"run {self.run_id!r}: could not claim after 64 attempts", run_id=self.run_id, seq=-1)
-
-
-class Writer:
-    """The only process allowed to append to a run, until another claims it. Thread-safe."""
-
-    def __init__(self, run: Run, claim: Entry, *, head_etag: str | None) -> None:
-        self.run = run
-        self.epoch = claim.record.epoch
-        self.writer_id = claim.record.writer_id
-        self.provenance = dict(claim.record.provenance)
-        self._next_seq = claim.record.seq + 1
-        self._prev = claim.digest
-        self._checkpoint_seq = claim.record.checkpoint_seq
-        self._head_etag = head_etag
-        self._parent: CommitRecord | None = None
-        self._parent_loaded = claim.record.checkpoint_seq is None
-        self._lock = threading.Lock()
-        self._stopped: ConflictError | None = None
-        self.last_stats = WriteStats()
-
-    @property
-    def next_seq(self) -> int:
-        return self._next_seq
-
-    def _known_chunks(self) -> dict[str, ChunkRef]:
-        """Chunks the parent checkpoint references: stored, and kept alive by a committed record."""
-        if not self._parent_loaded:
-            entry = self.run._load(self._checkpoint_seq)  # type: ignore[arg-type]
-            self._parent = entry.record if entry else None
-            self._parent_loaded = True
-        known: dict[str, ChunkRef] = {}
-        if self._parent is not None:
-            manifests = list(self._parent.artifacts.values())
-            if self._parent.state_manifest is not None:
-                manifests.append(self._parent.state_manifest)
-            for manifest in manifests:
-                known.update((c.id, c) for c in manifest.chunks)
-        return known
-
-    def commit(
-        self,
-        state: Any = None,
-        *,
-        artifacts: Mapping[str, Any] | None = None,
-        meta: Mapping[str, Any] | None = None,
-    ) -> Checkpoint:
-        """Commit the next checkpoint. Raises FencedError if a newer writer claimed the run."""
-        with self._lock:
-            if self._stopped is not None:
-                raise self._stopped
-            normalized, state_text = _json_state(state)
-            state_value = normalized
-            meta_value = _json_value(dict(meta or {}), "meta")
-            store = self.run.store
-            large_state = len(state_text) > store.options.inline_limit
-            upload = store.blobs.begin(self._known_chunks() if artifacts or large_state else {})
-            state_manifest: Manifest | None = None
-            manifests: dict[str, Manifest] = {}
-            try:
-                if large_state:
-                    state_manifest = upload.write(state_text.encode("utf-8"))
-                    state_value = None
-                for name, value in (artifacts or {}).items():
-                    if not isinstance(name, str) or not name:
-                        raise InvalidArtifactError(f"artifact names are non-empty strings, not {name!r}")
-                    opened = open_source(value)
-                    try:
-                        manifests[name] = upload.write(opened.source, consumed=opened.consumed)
-                    finally:
-                        opened.close()
-                upload.finish()  # every pack the record names is stored before the record exists
-            except BaseException:
-                upload.abort()
-                raise
-            seq = self._next_seq
-            record = CommitRecord(
-                schema_version=RECORD_SCHEMA_VERSION,
-                kind="checkpoint",
-                run_id=self.run.run_id,
-                seq=seq,
-                epoch=self.epoch,
-                writer_id=self.writer_id,
-                write_id=secrets.token_hex(16),
-                prev=self._prev,
-                created_at=_now(),
-                checkpoint_seq=seq,
-                state=state_value,
-                state_manifest=state_manifest,
-                artifacts=manifests,
-                meta=meta_value,
-                provenance=self.provenance,
-            )
-            entry, ours = self.run._put_record(record)
-            if not ours:
-                self._stopped = self._conflict(entry)
-                raise self._stopped
-            self._next_seq, self._prev = seq + 1, entry.digest
-            self._checkpoint_seq, self._parent, self._parent_loaded = seq, record, True
-            self.last_stats = upload.stats
-            self._move_head(seq)
-            return Checkpoint(record, normalized, store.blobs)
-
-    def _conflict(self, existing: Entry) -> ConflictError:
-        other = existing.record
-        if other.kind == "deleted":
-            return RunDeletedError(run_id=self.run.run_id, seq=other.seq, epoch=self.epoch, newer_epoch=other.epoch)
-        if other.epoch > self.epoch:
-            return FencedError(run_id=self.run.run_id, seq=other.seq, epoch=self.epoch, newer_epoch=other.epoch)
-        return ConflictError(
-            f"run {self.run.run_id!r}: seq {other.seq} was committed by another writer with the same epoch "
-            f"({other.epoch}); claim the run again to continue",
-            run_id=self.run.run_id,
-            seq=other.seq,
-        )
-
-    def _move_head(self, seq: int) -> None:
-        """Point HEAD at ``seq``; a hint, so failures are logged, never raised."""
-        run = self.run
-        backend = run.store.backend
-        data = codec.encode_head(run.store.cipher, run.run_id, HeadPointer(schema_version=HEAD_SCHEMA_VERSION, seq=seq))
-        key = head_key(run.run_id)
-        try:
-            if not backend.capabilities.compare_and_swap:
-                backend.put(key, data)
-                return
-            for _ in range(4):
-                try:
-                    mode: PutMode = Match(self._head_etag) if self._head_etag else "create"
-                    self._head_etag = backend.put(key, data, mode=mode).etag
-                    return
-                except PreconditionFailedError:
-                    current, self._head_etag = run._read_head()
-                    if current is not None and current.seq >= seq:
-                        return  # someone already moved it past us
-        except (BackendError, IntegrityError, pydantic.ValidationError) as exc:
-            log.warning("could not move HEAD of run %r to %d: %s", run.run_id, seq, exc)
-
-
-def _json_value(value: Any, what: str) -> Any:
-    try:
-        return json.loads(json.dumps(value, allow_nan=False, ensure_ascii=False))
-    except (TypeError, ValueError, RecursionError) as exc:
-        raise InvalidArtifactError(f"{what} must be JSON-compatible (dict, list, str, int, float, bool, None): {exc}") from None
-
-
-def _json_state(state: Any) -> tuple[Any, str]:
-    """The state as a JSON value and as text; pydantic models are dumped in JSON mode."""
-    if isinstance(state, pydantic.BaseModel):
-        state = state.model_dump(mode="json")
-    try:
-        text = json.dumps(state, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
-    except (TypeError, ValueError, RecursionError) as exc:
-        raise InvalidArtifactError(
-            f"state must be JSON-compatible data or a pydantic model: {exc}. Put binary data in artifacts=."
-        ) from None
-    return json.loads(text), text
