@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import TypeVar
+from typing import TypeVar, overload
 
 import pydantic
 import pydantic_core
@@ -67,7 +67,12 @@ def compress(plain: bytes | memoryview, *, min_size: int = 256) -> tuple[int, by
     return RAW, plain
 
 
-def decompress(flag: int, payload: bytes, *, limit: int, where: str) -> bytes:
+@overload
+def decompress(flag: int, payload: bytes, *, limit: int, where: str) -> bytes: ...
+@overload
+def decompress(flag: int, payload: bytes | memoryview, *, limit: int, where: str) -> bytes | memoryview: ...
+def decompress(flag: int, payload: bytes | memoryview, *, limit: int, where: str) -> bytes | memoryview:
+    """The plaintext of a payload; a raw payload is returned as it is (a view stays a view)."""
     if flag == RAW:
         return payload
     if flag == ZSTD:

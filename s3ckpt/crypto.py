@@ -129,9 +129,10 @@ class Cipher:
         out[len(_MAGIC) + 1 + _SEED_SIZE : HEADER_SIZE] = counter
         sealer.aead.encrypt_into(counter + _NONCE_PAD, payload, self._ad(kind, name, flag), out[HEADER_SIZE:])
 
-    def open(self, kind: str, name: str, sealed: bytes | memoryview, *, key: str | None = None) -> tuple[int, bytes]:
-        """The ``(flag, payload)`` of an envelope; IntegrityError if it fails authentication."""
-        where = key or f"{kind} {name}"
+    def _envelope(
+        self, sealed: bytes | memoryview, where: str, key: str | None
+    ) -> tuple[int | None, int, AESGCM, bytes]:
+        """``(flag, header size, aead, nonce)`` of an envelope; flag None for format 1."""
         magic = bytes(sealed[: len(_MAGIC)])
         legacy = magic == _MAGIC_V1
         header = len(_MAGIC) + _SALT_SIZE if legacy else HEADER_SIZE
@@ -139,25 +140,50 @@ class Cipher:
             raise IntegrityError(
                 f"{where} is not an s3ckpt object (truncated or overwritten); run `s3ckpt verify`", key=key
             )
-        flag = None if legacy else sealed[len(_MAGIC)]
         salt = bytes(sealed[header - _SALT_SIZE : header])
         if legacy:  # format 1: a subkey per object from the whole salt, zero nonce
-            aead, nonce = AESGCM(hmac.digest(self._object_key, salt, "sha256")), _ZERO_NONCE
-        else:
-            aead, nonce = self._subkey(salt[:_SEED_SIZE]), salt[_SEED_SIZE:] + _NONCE_PAD
+            return None, header, AESGCM(hmac.digest(self._object_key, salt, "sha256")), _ZERO_NONCE
+        return sealed[len(_MAGIC)], header, self._subkey(salt[:_SEED_SIZE]), salt[_SEED_SIZE:] + _NONCE_PAD
+
+    @staticmethod
+    def _tampered(where: str, key: str | None) -> IntegrityError:
+        return IntegrityError(
+            f"{where} failed authentication: it was modified, truncated, or moved from another "
+            "key, run or store. Do not trust it; run `s3ckpt verify` to find the extent of the damage.",
+            key=key,
+        )
+
+    def open(self, kind: str, name: str, sealed: bytes | memoryview, *, key: str | None = None) -> tuple[int, bytes]:
+        """The ``(flag, payload)`` of an envelope; IntegrityError if it fails authentication."""
+        where = key or f"{kind} {name}"
+        flag, header, aead, nonce = self._envelope(sealed, where, key)
         try:
-            plain = aead.decrypt(nonce, sealed[header:], self._ad(kind, name, flag))
+            # A view, not a slice: slicing bytes would copy the whole ciphertext once more.
+            plain = aead.decrypt(nonce, memoryview(sealed)[header:], self._ad(kind, name, flag))
         except InvalidTag:
-            raise IntegrityError(
-                f"{where} failed authentication: it was modified, truncated, or moved from another "
-                "key, run or store. Do not trust it; run `s3ckpt verify` to find the extent of the damage.",
-                key=key,
-            ) from None
+            raise self._tampered(where, key) from None
         if flag is None:  # format 1
             if not plain:
                 raise IntegrityError(f"{where} is empty inside its envelope", key=key)
             return plain[0], plain[1:]
         return flag, plain
+
+    def open_into(
+        self, kind: str, name: str, sealed: bytes | memoryview, out: memoryview, *, key: str | None = None
+    ) -> tuple[int, bytes | memoryview]:
+        """Like :meth:`open`, but a format-2 payload is decrypted into ``out`` (at least
+        ``len(sealed)`` bytes) and returned as a view of it: a caller that reuses ``out``
+        allocates nothing per object. Format-1 envelopes take the allocating path."""
+        where = key or f"{kind} {name}"
+        flag, header, aead, nonce = self._envelope(sealed, where, key)
+        if flag is None:
+            return self.open(kind, name, sealed, key=key)
+        target = out[: len(sealed) - header - _TAG_SIZE]
+        try:
+            aead.decrypt_into(nonce, memoryview(sealed)[header:], self._ad(kind, name, flag), target)
+        except InvalidTag:
+            raise self._tampered(where, key) from None
+        return flag, target
 
     def content_id(self, data: bytes | memoryview) -> BlobId:
         return BlobId(blake3.blake3(data, key=self._id_key).hexdigest())

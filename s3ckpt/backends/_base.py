@@ -86,6 +86,13 @@ class Backend(abc.ABC):
         with a real range read; this fallback reads the whole object."""
         return self.get(key).data[start : start + length]
 
+    def get_range_into(self, key: str, start: int, out: memoryview) -> int:
+        """Read up to ``len(out)`` bytes from ``start`` into ``out``; returns how many were read
+        (fewer at the end of the object). Backends that can read into a buffer override this."""
+        data = self.get_range(key, start, len(out))
+        out[: len(data)] = data
+        return len(data)
+
     @abc.abstractmethod
     def put(
         self,

@@ -63,6 +63,22 @@ class LocalBackend(Backend):
         finally:
             os.close(fd)
 
+    def get_range_into(self, key: str, start: int, out: memoryview) -> int:
+        try:
+            fd = os.open(self._path(key), os.O_RDONLY)
+        except (FileNotFoundError, NotADirectoryError):
+            raise ObjectNotFoundError(key) from None
+        try:
+            done = 0
+            while done < len(out):
+                n = os.preadv(fd, [out[done:]], start + done)
+                if n == 0:
+                    break
+                done += n
+            return done
+        finally:
+            os.close(fd)
+
     def _write_temp(self, path: Path, data: bytes | bytearray | memoryview) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.parent / f"{_TMP}{secrets.token_hex(8)}"
