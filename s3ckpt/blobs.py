@@ -21,7 +21,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import BinaryIO, NamedTuple, cast
 
 from pyfastcdc import FastCDC
@@ -61,7 +61,6 @@ class WriteStats:
     packs: int = 0
     #: chunks whose stored copy was reused (the parent's, or an earlier one in this commit)
     reused_chunks: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
 
 class _Prepared(NamedTuple):

@@ -54,14 +54,8 @@ class LocalBackend(Backend):
             raise ObjectNotFoundError(key) from None
 
     def get_range(self, key: str, start: int, length: int) -> bytes:
-        try:
-            fd = os.open(self._path(key), os.O_RDONLY)
-        except (FileNotFoundError, NotADirectoryError):
-            raise ObjectNotFoundError(key) from None
-        try:
-            return os.pread(fd, length, start)
-        finally:
-            os.close(fd)
+        buffer = bytearray(length)
+        return bytes(buffer[: self.get_range_into(key, start, memoryview(buffer))])
 
     def get_range_into(self, key: str, start: int, out: memoryview) -> int:
         try:

@@ -38,6 +38,9 @@ class BackendConformance:
         assert backend.get_range("r", 0, 200) == bytes(range(200))
         with pytest.raises(ObjectNotFoundError):
             backend.get_range("missing", 0, 1)
+        out = bytearray(8)
+        assert backend.get_range_into("r", 196, memoryview(out)) == 4
+        assert out[:4] == bytes(range(196, 200))
 
     def test_create_refuses_existing(self, backend: Backend) -> None:
         backend.put("k", b"first", mode="create")
