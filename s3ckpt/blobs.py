@@ -443,6 +443,8 @@ class Opened(NamedTuple):
     source: Source
     close: Callable[[], None]
     consumed: Callable[[int], None] | None = None
+    #: Raises InvalidArtifactError if the source changed while it was being stored.
+    check_unchanged: Callable[[], None] = lambda: None
 
 
 def open_source(value: object) -> Opened:
@@ -457,8 +459,8 @@ def open_source(value: object) -> Opened:
             data = fh.read()
             fh.close()
             return Opened(data, _nothing)
-        mapped = _MappedFile(fh)
-        return Opened(mapped.view, mapped.close, mapped.consumed)
+        mapped = _MappedFile(fh, os.fspath(value))
+        return Opened(mapped.view, mapped.close, mapped.consumed, mapped.check_unchanged)
     if isinstance(value, io.IOBase) or hasattr(value, "readinto") or hasattr(value, "read"):
         return Opened(cast(BinaryIO, value), _nothing)
     raise InvalidArtifactError(
@@ -470,11 +472,26 @@ class _MappedFile:
     """A file mapped read-only. Pages already chunked are dropped from this process, so a file
     larger than memory does not count toward its resident set."""
 
-    def __init__(self, fh: BinaryIO) -> None:
+    def __init__(self, fh: BinaryIO, name: str) -> None:
         self._fh = fh
+        self._name = name
+        self._stamp = self._stat()
         self._map = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
         self.view = memoryview(self._map)
         self._released = 0
+
+    def _stat(self) -> tuple[int, int]:
+        st = os.fstat(self._fh.fileno())
+        return st.st_size, st.st_mtime_ns
+
+    def check_unchanged(self) -> None:
+        # A file written to while it is chunked would store chunks that fail verification on
+        # read: refuse the commit now rather than commit a checkpoint that cannot be restored.
+        if self._stat() != self._stamp:
+            raise InvalidArtifactError(
+                f"{self._name} changed while it was being checkpointed; nothing was committed. "
+                "Checkpoint a file only once its writer has finished with it (or pass a copy)."
+            )
 
     def consumed(self, upto: int) -> None:
         end = upto - upto % mmap.PAGESIZE

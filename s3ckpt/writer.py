@@ -104,6 +104,7 @@ class Writer:
                     opened = open_source(value)
                     try:
                         manifests[name] = upload.write(opened.source, consumed=opened.consumed)
+                        opened.check_unchanged()
                     finally:
                         opened.close()
                 upload.finish()  # every pack the record names is stored before the record exists

@@ -6,6 +6,8 @@ import io
 import os
 from pathlib import Path
 
+import pytest
+
 import s3ckpt
 
 
@@ -117,3 +119,34 @@ def test_short_reads_are_streamed_correctly(tmp_path: Path) -> None:
     cp = store.run("r").latest()
     assert cp is not None
     assert cp.read_artifact("x") == data
+
+
+def test_a_file_changed_while_being_checkpointed_is_refused(tmp_path: Path) -> None:
+    import threading
+    import time
+
+    store = s3ckpt.open_store(str(tmp_path / "s"), key=s3ckpt.generate_key())
+    path = tmp_path / "growing.bin"
+    path.write_bytes(os.urandom(64 << 20))
+    writer = store.run("r").claim()
+    writer.commit({"v": 1})
+    stop = threading.Event()
+
+    def scribble() -> None:
+        while not stop.is_set():
+            with open(path, "r+b") as fh:
+                fh.seek(1 << 20)
+                fh.write(os.urandom(4096))
+            time.sleep(0.001)
+
+    thread = threading.Thread(target=scribble)
+    thread.start()
+    try:
+        with pytest.raises(s3ckpt.InvalidArtifactError, match="changed while it was being checkpointed"):
+            writer.commit({"v": 2}, artifacts={"f": str(path)})
+    finally:
+        stop.set()
+        thread.join()
+    latest = store.run("r").latest()
+    assert latest is not None
+    assert latest.state == {"v": 1}
