@@ -306,7 +306,9 @@ class Run:
             entry, ours = self._put_record(record)
             if not ours:
                 continue  # another writer appended meanwhile: claim above it
-            writer = Writer(self, entry, head_etag=head_etag)
+            # A checkpoint at the tail is the new writer's parent, already in hand: no extra read.
+            parent = tail.record if tail is not None and tail.record.kind == "checkpoint" else None
+            writer = Writer(self, entry, head_etag=head_etag, parent=parent)
             writer._move_head(seq)
             return writer
         raise ConflictError(f"run {self.run_id!r}: could not claim after 64 attempts", run_id=self.run_id, seq=-1)

@@ -41,7 +41,9 @@ log = logging.getLogger("s3ckpt")
 class Writer:
     """The only process allowed to append to a run, until another claims it. Thread-safe."""
 
-    def __init__(self, run: Run, claim: Entry, *, head_etag: str | None) -> None:
+    def __init__(
+        self, run: Run, claim: Entry, *, head_etag: str | None, parent: CommitRecord | None = None
+    ) -> None:
         self.run = run
         self.epoch = claim.record.epoch
         self.writer_id = claim.record.writer_id
@@ -50,8 +52,9 @@ class Writer:
         self._prev = claim.digest
         self._checkpoint_seq = claim.record.checkpoint_seq
         self._head_etag = head_etag
-        self._parent: CommitRecord | None = None
-        self._parent_loaded = claim.record.checkpoint_seq is None
+        # The latest checkpoint: its artifacts carry forward, and its chunks are reused.
+        self._parent: CommitRecord | None = parent
+        self._parent_loaded = parent is not None or claim.record.checkpoint_seq is None
         self._lock = threading.Lock()
         self._stopped: ConflictError | None = None
         self.last_stats = WriteStats()
@@ -60,17 +63,21 @@ class Writer:
     def next_seq(self) -> int:
         return self._next_seq
 
-    def _known_chunks(self) -> dict[str, ChunkRef]:
-        """Chunks the parent checkpoint references: stored, and kept alive by a committed record."""
+    def _parent_record(self) -> CommitRecord | None:
         if not self._parent_loaded:
             entry = self.run._load(self._checkpoint_seq)  # type: ignore[arg-type]
             self._parent = entry.record if entry else None
             self._parent_loaded = True
+        return self._parent
+
+    def _known_chunks(self) -> dict[str, ChunkRef]:
+        """Chunks the parent checkpoint references: stored, and kept alive by a committed record."""
+        parent = self._parent_record()
         known: dict[str, ChunkRef] = {}
-        if self._parent is not None:
-            manifests = list(self._parent.artifacts.values())
-            if self._parent.state_manifest is not None:
-                manifests.append(self._parent.state_manifest)
+        if parent is not None:
+            manifests = list(parent.artifacts.values())
+            if parent.state_manifest is not None:
+                manifests.append(parent.state_manifest)
             for manifest in manifests:
                 known.update((c.id, c) for c in manifest.chunks)
         return known
@@ -82,7 +89,10 @@ class Writer:
         artifacts: Mapping[str, Any] | None = None,
         meta: Mapping[str, Any] | None = None,
     ) -> Checkpoint:
-        """Commit the next checkpoint. Raises FencedError if a newer writer claimed the run."""
+        """Commit the next checkpoint. Raises FencedError if a newer writer claimed the run.
+
+        Artifacts carry forward: those of the previous checkpoint that ``artifacts`` does not name
+        are kept (by reference, nothing is copied); ``artifacts={"name": None}`` drops one."""
         with self._lock:
             if self._stopped is not None:
                 raise self._stopped
@@ -93,7 +103,8 @@ class Writer:
             large_state = len(state_text) > store.options.inline_limit
             upload = store.blobs.begin(self._known_chunks() if artifacts or large_state else {})
             state_manifest: Manifest | None = None
-            manifests: dict[str, Manifest] = {}
+            parent = self._parent_record()
+            manifests: dict[str, Manifest] = dict(parent.artifacts) if parent is not None else {}
             try:
                 if large_state:
                     state_manifest = upload.write(state_text.encode("utf-8"))
@@ -101,6 +112,9 @@ class Writer:
                 for name, value in (artifacts or {}).items():
                     if not isinstance(name, str) or not name:
                         raise InvalidArtifactError(f"artifact names are non-empty strings, not {name!r}")
+                    if value is None:
+                        manifests.pop(name, None)
+                        continue
                     opened = open_source(value)
                     try:
                         manifests[name] = upload.write(opened.source, consumed=opened.consumed)

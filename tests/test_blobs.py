@@ -150,3 +150,26 @@ def test_a_file_changed_while_being_checkpointed_is_refused(tmp_path: Path) -> N
     latest = store.run("r").latest()
     assert latest is not None
     assert latest.state == {"v": 1}
+
+
+def test_artifacts_carry_forward_and_keep_deduplicating(tmp_path: Path) -> None:
+    """Weights every few steps, state every step: a state-only checkpoint still has the weights,
+    and the next save of the same weights uploads nothing."""
+    store = s3ckpt.open_store(str(tmp_path / "s"), key=s3ckpt.generate_key())
+    weights = os.urandom(3 << 20)
+    writer = store.run("train").claim()
+    writer.commit({"step": 10}, artifacts={"weights": weights, "log": b"step 10"})
+    writer.commit({"step": 11})
+    middle = store.run("train").latest()
+    assert middle is not None
+    assert middle.artifacts == {"weights": len(weights), "log": 7}
+    assert middle.read_artifact("weights") == weights
+    # A new process (a resumed worker) continues the same way, with no extra read for the parent.
+    resumed = store.run("train").claim()
+    resumed.commit({"step": 12}, artifacts={"weights": weights})
+    assert resumed.last_stats.uploaded_chunks == 0
+    resumed.commit({"step": 13}, artifacts={"log": None})
+    last = store.run("train").latest()
+    assert last is not None
+    assert last.artifacts == {"weights": len(weights)}
+    assert store.run("train").get(12).read_artifact("log") == b"step 10"
