@@ -166,10 +166,10 @@ def test_artifacts_carry_forward_and_keep_deduplicating(tmp_path: Path) -> None:
     assert middle.read_artifact("weights") == weights
     # A new process (a resumed worker) continues the same way, with no extra read for the parent.
     resumed = store.run("train").claim()
-    resumed.commit({"step": 12}, artifacts={"weights": weights})
+    step12 = resumed.commit({"step": 12}, artifacts={"weights": weights})
     assert resumed.last_stats.uploaded_chunks == 0
     resumed.commit({"step": 13}, artifacts={"log": None})
     last = store.run("train").latest()
     assert last is not None
     assert last.artifacts == {"weights": len(weights)}
-    assert store.run("train").get(12).read_artifact("log") == b"step 10"
+    assert store.run("train").get(step12.seq).read_artifact("log") == b"step 10"
