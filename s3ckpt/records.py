@@ -8,7 +8,7 @@ import math
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
 
 from ._names import check_blob_id
 
@@ -48,6 +48,13 @@ class ChunkRef(_Strict):
     @classmethod
     def _valid_pack(cls, value: str | None) -> str | None:
         return None if value is None else check_blob_id(value)
+
+    @model_validator(mode="after")
+    def _located(self) -> ChunkRef:
+        # A chunk in a pack needs its range; a format-1 standalone blob has none.
+        if (self.pack is None) != (self.length is None) or (self.pack is None and self.offset != 0):
+            raise ValueError("a chunk in a pack has an offset and a length; a standalone blob has neither")
+        return self
 
 
 class Manifest(_Strict):

@@ -161,3 +161,12 @@ def test_fuzz_the_decoder_with_100k_inputs() -> None:
     assert decoded + refused == 80_000
     assert refused > 50_000, "the mutator should mostly produce invalid records"
     print(f"fuzz: 100,000 inputs ({decoded} still valid, {refused} refused) in {elapsed:.1f} s")
+
+
+def test_a_packed_chunk_without_a_length_is_refused() -> None:
+    store = _store()
+    doc = _valid_document(store)
+    out = json.loads(json.dumps(doc))
+    out["artifacts"]["x"]["chunks"][0]["length"] = None
+    with pytest.raises(S3ckptError):
+        _decode(store, json.dumps(out).encode())
