@@ -91,12 +91,20 @@ def encode_record(cipher: Cipher, record: CommitRecord) -> bytes:
     return cipher.seal("log", f"{encode_run_id(record.run_id)}/{record.seq}", payload, flag=flag)
 
 
-def _open_record(cipher: Cipher, sealed: bytes, *, segment: str, seq: int, key: str) -> CommitRecord:
+def _record_plain(cipher: Cipher, sealed: bytes, *, segment: str, seq: int, key: str) -> bytes:
     # The associated data names the run by its encoded segment, which is injective, so records of a
     # run with a hashed (undecodable) name can still be opened to learn the run id.
     flag, payload = cipher.open("log", f"{segment}/{seq}", sealed, key=key)
-    plain = decompress(flag, payload, limit=_MAX_RECORD, where=key)
-    return _validate(CommitRecord, plain, key)
+    return decompress(flag, payload, limit=_MAX_RECORD, where=key)
+
+
+def _open_record(cipher: Cipher, sealed: bytes, *, segment: str, seq: int, key: str) -> CommitRecord:
+    return _validate(CommitRecord, _record_plain(cipher, sealed, segment=segment, seq=seq, key=key), key)
+
+
+def record_schema_version(cipher: Cipher, sealed: bytes, *, segment: str, seq: int, key: str) -> int | None:
+    """The schema version a stored record declares, without validating the rest (for migrate)."""
+    return _peek_version(_record_plain(cipher, sealed, segment=segment, seq=seq, key=key))
 
 
 def decode_record(cipher: Cipher, sealed: bytes, *, run_id: str, seq: int, key: str) -> CommitRecord:

@@ -15,7 +15,7 @@ import pydantic
 import pydantic_core
 
 from . import codec
-from ._names import decode_run_id, parse_seq, run_prefix
+from ._names import decode_run_id, parse_seq
 from .backends import Backend, Match, PutMode, open_backend
 from .blobs import DEFAULT_CHUNKER, BlobStore
 from .crypto import Cipher
@@ -118,9 +118,14 @@ class Store:
         """
         changes: list[str] = []
         schemas: dict[int, int] = {}
-        for run_id in self.runs():
-            for info in self.backend.list(f"{run_prefix(run_id)}log/"):
-                version = _peek_int(self._open_plain(info.key), "schema_version")
+        for segment in self.backend.list_dirs("runs/"):
+            prefix = f"runs/{segment}/log/"
+            for info in self.backend.list(prefix):
+                seq = parse_seq(info.key[len(prefix) :])
+                if seq is None:
+                    continue
+                sealed = self.backend.get(info.key).data
+                version = codec.record_schema_version(self.cipher, sealed, segment=segment, seq=seq, key=info.key)
                 if version is not None:
                     schemas[version] = schemas.get(version, 0) + 1
         for version, count in sorted(schemas.items()):
@@ -143,13 +148,6 @@ class Store:
                 self.backend.put("config", upgraded.model_dump_json().encode(), mode=mode)
                 self.config = upgraded
         return changes
-
-    def _open_plain(self, key: str) -> bytes:
-        """The plaintext of a log record, without validating it (for migrate's census)."""
-        seq = parse_seq(key.rsplit("/", 1)[-1])
-        segment = key.split("/")[1]
-        flag, payload = self.cipher.open("log", f"{segment}/{seq}", self.backend.get(key).data, key=key)
-        return codec.decompress(flag, payload, limit=256 << 20, where=key)
 
     # -- keys --------------------------------------------------------------------------------
 

@@ -48,9 +48,7 @@ class LocalBackend(Backend):
             with open(path, "rb") as fh:
                 st = os.fstat(fh.fileno())
                 return GetResult(fh.read(), _etag(st))
-        except FileNotFoundError:
-            raise ObjectNotFoundError(key) from None
-        except NotADirectoryError:
+        except (FileNotFoundError, NotADirectoryError):
             raise ObjectNotFoundError(key) from None
 
     def get_range(self, key: str, start: int, length: int) -> bytes:
