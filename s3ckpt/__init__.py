@@ -1,10 +1,10 @@
 """s3ckpt: durable, encrypted, content-addressed checkpoints for work that dies and resumes elsewhere.
 
-    key = s3ckpt.generate_key()
-    store = s3ckpt.open_store("s3://bucket/prefix", key=key)
-    writer = store.run("order-42").claim()
-    writer.commit({"step": 3}, artifacts={"model.bin": "/tmp/model.bin"})
-    store.run("order-42").latest().state  # {"step": 3}
+key = s3ckpt.generate_key()
+store = s3ckpt.open_store("s3://bucket/prefix", key=key)
+writer = store.run("order-42").claim()
+writer.commit({"step": 3}, artifacts={"model.bin": "/tmp/model.bin"})
+store.run("order-42").latest().state  # {"step": 3}
 """
 
 from .checkpoint import ArtifactNotFoundError, Checkpoint

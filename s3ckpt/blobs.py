@@ -26,7 +26,7 @@ from typing import BinaryIO, NamedTuple, cast
 
 from pyfastcdc import FastCDC
 
-from . import codec
+from . import _guided, codec
 from ._names import BlobId, blob_key, check_blob_id, pack_key
 from .backends import Backend
 from .crypto import ENVELOPE_OVERHEAD, Cipher, Sealer, sealed_size
@@ -68,6 +68,8 @@ class _Prepared(NamedTuple):
     size: int
     flag: int
     payload: bytes | memoryview | None  # None when a stored copy is known
+    #: the stored copy, when the guided cut found the parent's chunk in place
+    reused: ChunkRef | None = None
 
 
 class Upload:
@@ -84,12 +86,26 @@ class Upload:
         self._pack_size = 0
         self._uploads: deque[Future[None]] = deque()
 
-    def write(self, source: Source, *, consumed: Callable[[int], None] | None = None) -> Manifest:
-        """Store ``source``; ``consumed(n)`` is told when its first ``n`` bytes are no longer needed."""
+    def write(
+        self, source: Source, *, consumed: Callable[[int], None] | None = None, previous: Manifest | None = None
+    ) -> Manifest:
+        """Store ``source``; ``consumed(n)`` is told when its first ``n`` bytes are no longer needed.
+        ``previous`` (the same artifact in the parent checkpoint) guides the cut of an in-memory or
+        mapped source: its chunks still in place are only hashed, not chunked again."""
         chunker = self.blobs.chunker()
-        if isinstance(source, bytes | memoryview):
+        pieces: Iterable[bytes | memoryview | ChunkRef]
+        if isinstance(source, bytes | memoryview) and previous is not None and previous.chunks:
+            pieces = _guided.cut(
+                memoryview(source),
+                chunker,
+                previous.chunks,
+                self.blobs.cipher.content_id,
+                self.blobs.pool,
+                self.blobs.max_inflight,
+            )
+        elif isinstance(source, bytes | memoryview):
             view = memoryview(source)
-            pieces: Iterable[bytes | memoryview] = (view[c.offset : c.offset + c.length] for c in chunker.cut_buf(view))
+            pieces = (view[c.offset : c.offset + c.length] for c in chunker.cut_buf(view))
         else:
             # cut_stream reuses its buffer for the next chunk, so each chunk is copied out.
             pieces = (bytes(c.data) for c in chunker.cut_stream(source))
@@ -100,7 +116,7 @@ class Upload:
         refs: list[ChunkRef] = []
         size = 0
         placed = 0
-        batch: list[bytes | memoryview] = []
+        batch: list[bytes | memoryview | ChunkRef] = []
         batch_bytes = 0
 
         def place_oldest() -> None:
@@ -113,9 +129,10 @@ class Upload:
 
         try:
             for piece in pieces:
-                size += len(piece)
+                length = piece.size if isinstance(piece, ChunkRef) else len(piece)
+                size += length
                 batch.append(piece)
-                batch_bytes += len(piece)
+                batch_bytes += length
                 if batch_bytes >= _BATCH:
                     inflight.append(pool.submit(self._prepare_batch, batch))
                     batch, batch_bytes = [], 0
@@ -132,8 +149,8 @@ class Upload:
         self.stats.bytes_in += size
         return Manifest(size=size, chunks=tuple(refs))
 
-    def _prepare_batch(self, pieces: list[bytes | memoryview]) -> list[_Prepared]:
-        return [self._prepare(piece) for piece in pieces]
+    def _prepare_batch(self, pieces: list[bytes | memoryview | ChunkRef]) -> list[_Prepared]:
+        return [_Prepared(p.id, p.size, codec.RAW, None, p) if isinstance(p, ChunkRef) else self._prepare(p) for p in pieces]
 
     def _prepare(self, data: bytes | memoryview) -> _Prepared:
         """On a pool thread: hash, and seal unless a stored copy is already known."""
@@ -146,7 +163,7 @@ class Upload:
     def _place(self, prepared: _Prepared) -> ChunkRef:
         """On the caller's thread, in stream order: reuse a known location, or seal the chunk
         straight into the current pack buffer (no intermediate copy)."""
-        known = self._known.get(prepared.id)
+        known = prepared.reused or self._known.get(prepared.id)
         if known is not None:
             self.stats.reused_chunks += 1
             return known
@@ -279,9 +296,7 @@ class BlobStore:
                     needed[key] = (end, name)
         for (key, (end, name)), info in zip(needed.items(), self.pool.map(self.backend.head, needed), strict=True):
             if info is None:
-                raise IntegrityError(
-                    f"{where}: artifact {name!r} needs {key}, which is missing; run `s3ckpt verify`", key=key
-                )
+                raise IntegrityError(f"{where}: artifact {name!r} needs {key}, which is missing; run `s3ckpt verify`", key=key)
             if info.size < end:
                 raise IntegrityError(
                     f"{where}: artifact {name!r} needs {end} bytes of {key}, which holds {info.size} (truncated); "

@@ -56,9 +56,7 @@ class Context:
 def main_options(
     ctx: typer.Context,
     url: Annotated[str | None, typer.Option(help="Store URL (default $S3CKPT_URL, else ./.s3ckpt).")] = None,
-    key: Annotated[
-        str | None, typer.Option(help="Key, env:NAME, passphrase:..., or kms:<id> (default $S3CKPT_KEY).")
-    ] = None,
+    key: Annotated[str | None, typer.Option(help="Key, env:NAME, passphrase:..., or kms:<id> (default $S3CKPT_KEY).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")] = False,
     endpoint_url: Annotated[str | None, typer.Option(help="S3 endpoint (or set AWS_ENDPOINT_URL).")] = None,
     region: Annotated[str | None, typer.Option(help="AWS region.")] = None,
@@ -121,8 +119,7 @@ def key_list(ctx: typer.Context) -> None:
         with c.open() as store:
             keys = store.key_files()
             rows = [
-                {"key_id": k.key_id, "kind": k.kind, "label": k.label, "created_at": k.created_at.isoformat()}
-                for k in keys
+                {"key_id": k.key_id, "kind": k.kind, "label": k.label, "created_at": k.created_at.isoformat()} for k in keys
             ]
 
             def render() -> None:

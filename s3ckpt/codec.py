@@ -140,8 +140,7 @@ def _validate(model: type[_M], plain: bytes, key: str) -> _M:
     version = _peek_version(plain)
     if version is not None and version > current:
         raise IncompatibleSchemaError(
-            f"{key} has schema version {version}, newer than {current} which this s3ckpt reads; "
-            "upgrade s3ckpt to read it",
+            f"{key} has schema version {version}, newer than {current} which this s3ckpt reads; upgrade s3ckpt to read it",
             found=version,
             supported=current,
         )

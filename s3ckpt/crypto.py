@@ -117,9 +117,7 @@ class Cipher:
         self.seal_into(kind, name, payload, flag, memoryview(out), self.sealer())
         return bytes(out)
 
-    def seal_into(
-        self, kind: str, name: str, payload: bytes | memoryview, flag: int, out: memoryview, sealer: Sealer
-    ) -> None:
+    def seal_into(self, kind: str, name: str, payload: bytes | memoryview, flag: int, out: memoryview, sealer: Sealer) -> None:
         """Write the envelope of ``payload`` into ``out`` (exactly ``sealed_size(len(payload))`` bytes),
         without an intermediate copy: packs are built this way."""
         counter = sealer.next_counter()
@@ -129,17 +127,13 @@ class Cipher:
         out[len(_MAGIC) + 1 + _SEED_SIZE : HEADER_SIZE] = counter
         sealer.aead.encrypt_into(counter + _NONCE_PAD, payload, self._ad(kind, name, flag), out[HEADER_SIZE:])
 
-    def _envelope(
-        self, sealed: bytes | memoryview, where: str, key: str | None
-    ) -> tuple[int | None, int, AESGCM, bytes]:
+    def _envelope(self, sealed: bytes | memoryview, where: str, key: str | None) -> tuple[int | None, int, AESGCM, bytes]:
         """``(flag, header size, aead, nonce)`` of an envelope; flag None for format 1."""
         magic = bytes(sealed[: len(_MAGIC)])
         legacy = magic == _MAGIC_V1
         header = len(_MAGIC) + _SALT_SIZE if legacy else HEADER_SIZE
         if len(sealed) < header + _TAG_SIZE or not (legacy or magic == _MAGIC):
-            raise IntegrityError(
-                f"{where} is not an s3ckpt object (truncated or overwritten); run `s3ckpt verify`", key=key
-            )
+            raise IntegrityError(f"{where} is not an s3ckpt object (truncated or overwritten); run `s3ckpt verify`", key=key)
         salt = bytes(sealed[header - _SALT_SIZE : header])
         if legacy:  # format 1: a subkey per object from the whole salt, zero nonce
             return None, header, AESGCM(hmac.digest(self._object_key, salt, "sha256")), _ZERO_NONCE

@@ -41,9 +41,7 @@ log = logging.getLogger("s3ckpt")
 class Writer:
     """The only process allowed to append to a run, until another claims it. Thread-safe."""
 
-    def __init__(
-        self, run: Run, claim: Entry, *, head_etag: str | None, parent: CommitRecord | None = None
-    ) -> None:
+    def __init__(self, run: Run, claim: Entry, *, head_etag: str | None, parent: CommitRecord | None = None) -> None:
         self.run = run
         self.epoch = claim.record.epoch
         self.writer_id = claim.record.writer_id
@@ -117,7 +115,7 @@ class Writer:
                         continue
                     opened = open_source(value)
                     try:
-                        manifests[name] = upload.write(opened.source, consumed=opened.consumed)
+                        manifests[name] = upload.write(opened.source, consumed=opened.consumed, previous=manifests.get(name))
                         opened.check_unchanged()
                     finally:
                         opened.close()

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import io
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -173,3 +175,80 @@ def test_artifacts_carry_forward_and_keep_deduplicating(tmp_path: Path) -> None:
     assert last is not None
     assert last.artifacts == {"weights": len(weights)}
     assert store.run("train").get(step12.seq).read_artifact("log") == b"step 10"
+
+
+def _edits(base: bytes) -> dict[str, bytes]:
+    """New versions of ``base``: in place, shifted, shorter, longer, and all at once."""
+    rng = __import__("random").Random(7)
+    in_place = bytearray(base)
+    for _ in range(16):
+        at = rng.randrange(len(base) - 4096)
+        in_place[at : at + 4096] = os.urandom(4096)
+    return {
+        "unchanged": base,
+        "in place": bytes(in_place),
+        "insertion": base[: len(base) // 3] + os.urandom(1000) + base[len(base) // 3 :],
+        "deletion": base[: len(base) // 2] + base[len(base) // 2 + 5000 :],
+        "truncated": base[: len(base) - 200_000],
+        "truncated at a cut": base[: len(base) // 2],
+        "extended": base + os.urandom(300_000),
+        "first byte": b"\x00" + base[1:],
+        "last byte": base[:-1] + b"\x00",
+        "rewritten": os.urandom(len(base)),
+        "tiny": base[:100],
+    }
+
+
+@pytest.mark.parametrize("edit", list(_edits(b"x" * 10_000)))
+def test_guided_cut_is_the_cut_fastcdc_gives_alone(tmp_path: Path, edit: str) -> None:
+    """The parent's chunks guide the cut of the next version; the result must be exactly FastCDC's
+    own cut of the new bytes (same dedupe as an unguided store), and the bytes must read back."""
+    base = os.urandom(6 << 20)
+    new = _edits(base)[edit]
+    guided = s3ckpt.open_store(str(tmp_path / "guided"), key=s3ckpt.generate_key())
+    writer = guided.run("r").claim()
+    writer.commit({}, artifacts={"x": base})
+    writer.commit({}, artifacts={"x": new})
+    cp = guided.run("r").latest()
+    assert cp is not None
+    assert cp.read_artifact("x") == new
+
+    # A run with no parent in the same store (same chunker seed, same ids) cuts with FastCDC alone.
+    guided.run("alone").claim().commit({}, artifacts={"x": new})
+    fresh = guided.run("alone").latest()
+    assert fresh is not None
+    assert [c.id for c in cp.record.artifacts["x"].chunks] == [c.id for c in fresh.record.artifacts["x"].chunks]
+
+
+def test_an_in_place_edit_chunks_only_the_changed_regions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from s3ckpt.blobs import BlobStore
+
+    chunked: list[int] = []
+    make_chunker = BlobStore.chunker
+
+    class Counting:
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        def cut_buf(self, buf: memoryview) -> Iterator[Any]:
+            for piece in self.inner.cut_buf(buf):
+                chunked.append(piece.length)
+                yield piece
+
+    monkeypatch.setattr(BlobStore, "chunker", lambda self: Counting(make_chunker(self)))
+    store = s3ckpt.open_store(str(tmp_path / "s"), key=s3ckpt.generate_key())
+    base = os.urandom(32 << 20)
+    new = _edits(base)["in place"]
+    writer = store.run("r").claim()
+    writer.commit({}, artifacts={"x": base})
+    assert sum(chunked) == len(base)  # the first version has no parent: FastCDC over all of it
+    chunked.clear()
+    writer.commit({}, artifacts={"x": new})
+    stats = writer.last_stats
+    # 16 edits of 4 KiB: each re-chunks the chunk it falls in and perhaps the next, nothing else.
+    assert 0 < sum(chunked) <= 16 * 2 * (512 << 10)
+    assert sum(chunked) < len(new) // 4
+    assert stats.reused_chunks >= stats.chunks - 2 * 16
+    cp = store.run("r").latest()
+    assert cp is not None
+    assert cp.read_artifact("x") == new

@@ -171,9 +171,7 @@ class _LandsThenFails(Backend):
 
 @pytest.mark.parametrize("kind", ["memory", "local"])
 def test_landed_write_reported_as_failure_on_local_backends(kind: str, tmp_path: Path, s3ckpt_key: str) -> None:
-    inner: Backend = (
-        MemoryBackend(uuid.uuid4().hex) if kind == "memory" else s3ckpt.backends.LocalBackend(tmp_path / "s")
-    )
+    inner: Backend = MemoryBackend(uuid.uuid4().hex) if kind == "memory" else s3ckpt.backends.LocalBackend(tmp_path / "s")
     backend = _LandsThenFails(inner)
     store = s3ckpt.open_store(backend=backend, key=s3ckpt_key)
     writer = store.run("r").claim()

@@ -83,6 +83,5 @@ def _reject_unknown(options: Mapping[str, Any], allowed: tuple[str, ...], url: s
     unknown = sorted(k for k, v in options.items() if k not in (*allowed, "region") and v is not None)
     if unknown:
         raise ConfigurationError(
-            f"option(s) {', '.join(unknown)} do not apply to {url!r}; this backend takes: "
-            f"{', '.join(allowed) or 'no options'}"
+            f"option(s) {', '.join(unknown)} do not apply to {url!r}; this backend takes: {', '.join(allowed) or 'no options'}"
         )

@@ -43,9 +43,7 @@ class FsspecBackend(Backend):
         self.root = path.rstrip("/")
         protocols = {fs.protocol} if isinstance(fs.protocol, str) else set(fs.protocol)
         self.url = url
-        self.capabilities = Capabilities(
-            atomic_create=bool(protocols & _ATOMIC_XB), compare_and_swap=False, metadata=False
-        )
+        self.capabilities = Capabilities(atomic_create=bool(protocols & _ATOMIC_XB), compare_and_swap=False, metadata=False)
 
     def _p(self, key: str) -> str:
         return f"{self.root}/{check_key(key)}"

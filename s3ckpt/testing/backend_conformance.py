@@ -1,8 +1,8 @@
 """The backend contract as a test class: subclass it with a ``backend`` fixture to test a backend.
 
-    class TestMyBackend(BackendConformance):
-        @pytest.fixture
-        def backend(self): return MyBackend(...)
+class TestMyBackend(BackendConformance):
+    @pytest.fixture
+    def backend(self): return MyBackend(...)
 """
 
 from __future__ import annotations

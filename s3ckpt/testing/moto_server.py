@@ -169,9 +169,7 @@ class MotoServer:
 
 def _error(start_response: Callable[..., Any], fault: Fault) -> list[bytes]:
     status, code, message = _ERROR_BODY[fault]
-    body = (
-        f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code><Message>{message}</Message></Error>'
-    ).encode()
+    body = (f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code><Message>{message}</Message></Error>').encode()
     reasons = {500: "Internal Server Error", 503: "Service Unavailable", 409: "Conflict"}
     start_response(f"{status} {reasons[status]}", [("Content-Type", "application/xml"), ("Content-Length", str(len(body)))])
     return [body]
