@@ -11,9 +11,11 @@ from .checkpoint import ArtifactNotFoundError, Checkpoint
 from .crypto import generate_key
 from .errors import (
     BackendError,
+    BudgetExceededError,
     ConfigurationError,
     ConflictError,
     DecryptionError,
+    EffectFailedError,
     EffectMismatchError,
     FencedError,
     IncompatibleSchemaError,
@@ -29,29 +31,45 @@ from .errors import (
     UnsupportedBackendError,
 )
 from .log import Run
+from .records import AttemptRecord, EffectRecord, Ledger, StepRecord
+from .redaction import DEFAULT_REDACTOR, NO_REDACTION, Redactor, SecretPattern
+from .ref import Ref
+from .session import Session
 from .store import Store, StoreOptions, open_store
 from .writer import Writer
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "DEFAULT_REDACTOR",
+    "NO_REDACTION",
     "ArtifactNotFoundError",
+    "AttemptRecord",
     "BackendError",
+    "BudgetExceededError",
     "Checkpoint",
     "ConfigurationError",
     "ConflictError",
     "DecryptionError",
+    "EffectFailedError",
     "EffectMismatchError",
+    "EffectRecord",
     "FencedError",
     "IncompatibleSchemaError",
     "IntegrityError",
     "InvalidArtifactError",
     "InvalidRunIdError",
+    "Ledger",
     "MissingKeyError",
+    "Redactor",
+    "Ref",
     "Run",
     "RunDeletedError",
     "RunNotFoundError",
     "S3ckptError",
+    "SecretPattern",
+    "Session",
+    "StepRecord",
     "StepRejectedError",
     "Store",
     "StoreOptions",

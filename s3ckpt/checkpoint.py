@@ -8,8 +8,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from .errors import S3ckptError
-from .records import CommitRecord, Manifest
+import pydantic
+
+from .errors import IntegrityError, S3ckptError
+from .records import CommitRecord, EffectRecord, Ledger, Manifest, StepRecord
 
 if TYPE_CHECKING:
     from .blobs import BlobStore
@@ -26,16 +28,17 @@ class ArtifactNotFoundError(S3ckptError, KeyError):
 class Checkpoint:
     """One committed checkpoint of a run. ``state`` is already decoded; artifacts stream on demand."""
 
-    def __init__(self, record: CommitRecord, state: Any, blobs: BlobStore) -> None:
+    def __init__(self, record: CommitRecord, state: Any, blobs: BlobStore, *, ledger: Ledger | None = None) -> None:
         self._record = record
         self._blobs = blobs
+        self._ledger = ledger
         self.state = state
         #: Set when the checkpoint was resumed under another workflow version or provenance.
         self.version_change: VersionChange | None = None
 
     def evolved(self, *, state: Any, change: VersionChange) -> Checkpoint:
         """This checkpoint as seen by code of another version: migrated state, change recorded."""
-        out = Checkpoint(self._record, state, self._blobs)
+        out = Checkpoint(self._record, state, self._blobs, ledger=self._ledger)
         out.version_change = change
         return out
 
@@ -111,10 +114,37 @@ class Checkpoint:
         with self.open_artifact(name) as fh:
             return fh.read()
 
+    @property
+    def ledger(self) -> Ledger:
+        """Steps, attempts, effects and budget recorded by sessions (empty for plain commits)."""
+        if self._ledger is None:
+            manifest = self._record.ledger_manifest
+            if manifest is None:
+                self._ledger = self._record.ledger or Ledger()
+            else:
+                try:
+                    self._ledger = Ledger.model_validate_json(self._blobs.read_all(manifest))
+                except pydantic.ValidationError as exc:
+                    raise IntegrityError(f"{self!r}: the stored ledger is not valid: {exc}") from None
+        return self._ledger
+
+    @property
+    def steps(self) -> dict[str, StepRecord]:
+        return dict(self.ledger.steps)
+
+    @property
+    def effects(self) -> list[EffectRecord]:
+        return list(self.ledger.effects.values())
+
+    @property
+    def budget(self) -> dict[str, int | float]:
+        return dict(self.ledger.budget)
+
     def to_dict(self) -> dict[str, Any]:
-        """The whole decoded record, with the state inline even when it was stored as chunks."""
-        out = self._record.model_dump(mode="json", exclude={"state_manifest"})
+        """The whole decoded record, with the state and ledger inline even when stored as chunks."""
+        out = self._record.model_dump(mode="json", exclude={"state_manifest", "ledger", "ledger_manifest"})
         out["state"] = self.state
+        out.update(self.ledger.model_dump(mode="json"))
         return out
 
     def __repr__(self) -> str:

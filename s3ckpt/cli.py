@@ -220,6 +220,60 @@ def show(ctx: typer.Context, run: str, seq: Annotated[int | None, typer.Argument
 
 
 @app.command()
+def effects(ctx: typer.Context, run: str) -> None:
+    """The effects ledger of RUN: each effect's status (unknown ones need `s3ckpt resolve`)."""
+    c: Context = ctx.obj
+
+    def go() -> None:
+        with c.open() as store:
+            cp = store.run(run).latest()
+            if cp is None:
+                raise typer.Exit(_not_found(run))
+            rows = [e.model_dump(mode="json") for e in cp.effects]
+
+            def render() -> None:
+                table = Table("idempotency key", "kind", "target", "status", "reference", "intent at")
+                for e in cp.effects:
+                    status = "unknown (pending)" if e.status == "pending" else e.status
+                    table.add_row(
+                        e.idempotency_key,
+                        e.kind,
+                        json.dumps(e.target),
+                        status,
+                        json.dumps(e.reference),
+                        e.intent_at.isoformat(),
+                    )
+                out.print(table)
+
+            c.emit(rows, render)
+
+    _guard(go)
+
+
+@app.command()
+def resolve(
+    ctx: typer.Context,
+    run: str,
+    effect: Annotated[str, typer.Argument(help="The effect's idempotency key (`s3ckpt effects RUN`).")],
+    sent: Annotated[str | None, typer.Option("--sent", help="It happened: the provider's reference.")] = None,
+    not_sent: Annotated[bool, typer.Option("--not-sent", help="It did not happen: it may be sent again.")] = False,
+) -> None:
+    """Settle an effect whose outcome is unknown, after checking with the provider."""
+    c: Context = ctx.obj
+    if (sent is None) == (not not_sent):
+        err.print("error: give exactly one of --sent REF or --not-sent", highlight=False, markup=False)
+        raise typer.Exit(2)
+
+    def go() -> None:
+        with c.open() as store:
+            settled = store.run(run).resolve_effect(effect, sent=sent is not None, reference=sent)
+            data = settled.model_dump(mode="json")
+            c.emit(data, lambda: out.print(f"{effect}: {settled.status}", highlight=False, markup=False))
+
+    _guard(go)
+
+
+@app.command()
 def migrate(
     ctx: typer.Context,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would change; change nothing.")] = False,

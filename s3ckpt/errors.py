@@ -122,6 +122,20 @@ class StepRejectedError(S3ckptError, RuntimeError):
     """A step's acceptance check failed; the resume point did not advance."""
 
 
+class BudgetExceededError(S3ckptError, RuntimeError):
+    """A step or effect would start with a budget unit already spent up to its limit."""
+
+    def __init__(self, message: str, *, unit: str, spent: float, limit: float) -> None:
+        super().__init__(message)
+        self.unit, self.spent, self.limit = unit, spent, limit
+
+
+class EffectFailedError(S3ckptError, RuntimeError):
+    """Raised by an effect's ``send`` to say the provider did not act (it refused, or the request
+    never left): the effect is recorded as failed, so it may be sent again. Any other exception
+    from ``send`` leaves the outcome unknown."""
+
+
 class RunNotFoundError(S3ckptError, KeyError):
     """The run, or the sequence number asked for, does not exist."""
 

@@ -37,7 +37,7 @@ from .errors import (
     TransientBackendError,
     UnsupportedBackendError,
 )
-from .records import RECORD_SCHEMA_VERSION, CommitRecord, HeadPointer
+from .records import RECORD_SCHEMA_VERSION, CommitRecord, EffectRecord, HeadPointer, Ledger
 from .workflows import OnVersionChange, resolve
 from .writer import Writer, json_value
 
@@ -237,6 +237,59 @@ class Run:
             if record.kind == "checkpoint":
                 yield self._checkpoint(record)
 
+    def rollback(self, seq: int) -> list[EffectRecord]:
+        """Append a checkpoint that restores the state, steps and artifacts of checkpoint ``seq``
+        (history is never rewritten) and return the effects confirmed after it, for the caller to
+        compensate. Those stay in the ledger as ``rolled_back``; effects still unknown stay unknown;
+        spending stays spent. Effects emitted again after the rollback get fresh idempotency keys.
+        Claims the run, so a live writer of it is fenced."""
+        target = self.get(seq)
+        writer = self.claim(**target.provenance)
+        latest = writer.parent_checkpoint()
+        assert latest is not None  # get(seq) found a checkpoint, so the run has one
+        then, now = target.ledger, latest.ledger
+        effects: dict[str, EffectRecord] = {}
+        undone: list[EffectRecord] = []
+        for key, effect in now.effects.items():
+            if key in then.effects:
+                effects[key] = effect  # happened by seq (its latest outcome is the truth)
+            elif effect.status == "confirmed":
+                undone.append(effect)
+                effects[key] = effect.model_copy(update={"status": "rolled_back"})
+            else:
+                effects[key] = effect  # unknown stays visibly unknown; failed ones are harmless
+        ledger = Ledger(
+            steps=then.steps, attempts=now.attempts, effects=effects, budget=now.budget, generation=now.generation + 1
+        )
+        writer._commit(target.state, artifacts=None, meta={"rollback_to": seq}, ledger=ledger, base=target.record.artifacts)
+        return undone
+
+    def resolve_effect(self, idempotency_key: str, *, sent: bool, reference: Any = None) -> EffectRecord:
+        """An operator's decision on an effect whose outcome is unknown: it happened (``sent=True``,
+        with the provider's ``reference``) or it did not (it may be sent again). Claims the run."""
+        writer = self.claim(**(self._latest_provenance()))
+        latest = writer.parent_checkpoint()
+        effect = latest.ledger.effects.get(idempotency_key) if latest is not None else None
+        if latest is None or effect is None:
+            raise RunNotFoundError(f"run {self.run_id!r} has no effect with idempotency key {idempotency_key!r}")
+        if sent and reference is None:
+            raise InvalidArtifactError("an effect that was sent needs the provider's reference (--sent REF)")
+        settled = effect.model_copy(
+            update={
+                "status": "confirmed" if sent else "not_sent",
+                "reference": json_value(reference, "reference") if sent else None,
+                "outcome_at": _now(),
+                "resolved_by": "operator",
+            }
+        )
+        ledger = latest.ledger.model_copy(update={"effects": {**latest.ledger.effects, idempotency_key: settled}})
+        writer._commit(latest.state, artifacts=None, meta={"resolved": idempotency_key}, ledger=ledger)
+        return settled
+
+    def _latest_provenance(self) -> dict[str, Any]:
+        latest = self._latest("exists")
+        return dict(latest.provenance) if latest is not None else {}
+
     def exists(self) -> bool:
         return self._tail()[0] is not None
 
@@ -283,7 +336,7 @@ class Run:
             provenance["workflow"] = str(workflow)
         if workflow_version is not None:
             provenance["workflow_version"] = str(workflow_version)
-        provenance = json_value(provenance, "provenance")
+        provenance = self.store.options.redactor.redact(json_value(provenance, "provenance"))
         writer_id = secrets.token_hex(8)
         for _ in range(64):
             tail, head_etag = self._tail()

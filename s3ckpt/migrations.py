@@ -26,8 +26,14 @@ def _v1_chunk_locations(doc: Document) -> Document:
     return doc
 
 
+def _v2_ledger(doc: Document) -> Document:
+    """Schema 3 adds the session ledger (steps, effects, budget); a schema-2 record has none."""
+    return doc
+
+
 RECORD_MIGRATIONS: list[Callable[[Document], Document]] = [
     _v1_chunk_locations,  # 1 -> 2
+    _v2_ledger,  # 2 -> 3
 ]
 
 

@@ -15,7 +15,7 @@ from ._names import check_blob_id
 #: The format version of the store layout (config, keys, blobs, runs).
 FORMAT_VERSION = 2
 #: The schema version of commit records (migrations in ``migrations.py`` bring older ones forward).
-RECORD_SCHEMA_VERSION = 2
+RECORD_SCHEMA_VERSION = 3
 #: The schema version of key files.
 KEYFILE_VERSION = 1
 #: The schema version of the HEAD pointer.
@@ -111,6 +111,83 @@ class KeyFile(_Strict):
     wrapped: str
 
 
+Number = int | float
+
+
+class StepRecord(_Strict):
+    """A step that completed and passed its acceptance check: its result is the resume point."""
+
+    #: ``<scope>/<name>#<n>``: the n-th completed step of that name in its scope (a step's body is
+    #: the scope of the steps and effects inside it).
+    key: str
+    name: str
+    #: How to give the result back: JSON as is, a ``s3ckpt.Ref``, or a pydantic model's JSON.
+    result_type: Literal["json", "ref", "model"] = "json"
+    result: JsonValue = None
+    completed_at: datetime
+    #: The session's provenance (model, prompt hash, tool contracts) when the step ran.
+    provenance: dict[str, JsonValue] = Field(default_factory=dict)
+    #: Idempotency keys of the effects its body emitted.
+    effects: tuple[str, ...] = ()
+
+
+class AttemptRecord(_Strict):
+    """A step body that ran and did not complete: rejected by its check, or raised."""
+
+    step: str
+    attempt: Annotated[int, Field(ge=0)]
+    outcome: Literal["rejected", "error"]
+    reason: str
+    at: datetime
+    effects: tuple[str, ...] = ()
+
+
+EffectStatus = Literal["pending", "confirmed", "failed", "unknown", "not_sent", "rolled_back"]
+
+
+class EffectRecord(_Strict):
+    """One external effect. ``pending``: the intent is recorded and no outcome yet (a writer that
+    died there leaves it so, and the next session treats it as unknown); ``unknown``: the send
+    raised and nobody knows whether the provider acted; ``failed``/``not_sent``: it did not
+    happen, so it may be sent again; ``rolled_back``: confirmed after a rollback point."""
+
+    idempotency_key: str
+    kind: str
+    target: JsonValue
+    #: ``sha256:<hex>`` of the canonical payload; the payload itself only when asked for.
+    payload_hash: str
+    payload: JsonValue = None
+    position: str
+    status: EffectStatus
+    #: The provider's reference, once confirmed.
+    reference: JsonValue = None
+    intent_at: datetime
+    outcome_at: datetime | None = None
+    error: str | None = None
+    #: Who decided the outcome: "send", "reconcile" or "operator".
+    resolved_by: str | None = None
+    sends: Annotated[int, Field(ge=0)] = 0
+
+
+class Ledger(_Strict):
+    """What a run cannot recompute: completed steps, attempts, effects, budget."""
+
+    steps: dict[str, StepRecord] = Field(default_factory=dict)
+    attempts: tuple[AttemptRecord, ...] = ()
+    #: By idempotency key, in the order they were first emitted.
+    effects: dict[str, EffectRecord] = Field(default_factory=dict)
+    budget: dict[str, Number] = Field(default_factory=dict)
+    #: Bumped by every rollback, so effects re-run after one get fresh idempotency keys.
+    generation: Annotated[int, Field(ge=0)] = 0
+
+    @field_validator("budget")
+    @classmethod
+    def _finite_budget(cls, value: dict[str, Number]) -> dict[str, Number]:
+        if not all(math.isfinite(v) for v in value.values()):
+            raise ValueError("budget amounts are finite numbers")
+        return value
+
+
 class CommitRecord(_Strict):
     """``runs/<run>/log/<seq>``: one entry of a run's append-only log."""
 
@@ -132,6 +209,9 @@ class CommitRecord(_Strict):
     artifacts: dict[str, Manifest] = Field(default_factory=dict)
     meta: dict[str, JsonValue] = Field(default_factory=dict)
     provenance: dict[str, JsonValue] = Field(default_factory=dict)
+    #: The session ledger, inline; or, when large, stored as chunks like a large state.
+    ledger: Ledger | None = None
+    ledger_manifest: Manifest | None = None
 
     @field_validator("state", "meta", "provenance")
     @classmethod

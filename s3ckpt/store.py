@@ -5,11 +5,11 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pydantic
 import pydantic_core
@@ -31,7 +31,11 @@ from .errors import (
 from .keyring import UserKey, matches, parse_key, unwrap_master_key, wrap_master_key
 from .log import Run
 from .records import FORMAT_VERSION, KEYFILE_VERSION, RECORD_SCHEMA_VERSION, ChunkerParams, KeyFile, StoreConfig
-from .workflows import StateMigration, WorkflowMigrations
+from .redaction import DEFAULT_REDACTOR, Redactor
+from .workflows import OnVersionChange, StateMigration, WorkflowMigrations
+
+if TYPE_CHECKING:
+    from .session import Reconciler, Session
 
 log = logging.getLogger("s3ckpt")
 
@@ -46,6 +50,8 @@ class StoreOptions:
     inline_limit: int = 64 << 10
     #: Attempts at one log create when the backend reports a transient failure.
     commit_attempts: int = 8
+    #: Applied to every string of a state, meta and ledger before it is encrypted.
+    redactor: Redactor = DEFAULT_REDACTOR
 
 
 _BACKEND_OPTIONS = (
@@ -83,6 +89,35 @@ class Store:
         """Teach the store to bring a run's state from one workflow version to the next:
         ``fn(state) -> state``. Versions chain (1 -> 2 -> 3); resume applies them in order."""
         self.migrations.register(workflow, from_version, to_version, fn)
+
+    def resume(
+        self,
+        run_id: str,
+        *,
+        workflow: str,
+        workflow_version: str,
+        provenance: Mapping[str, Any] | None = None,
+        reconcile: Mapping[str, Reconciler] | None = None,
+        on_version_change: OnVersionChange = "migrate",
+        budget: Mapping[str, float] | None = None,
+    ) -> Session:
+        """Claim ``run_id`` and resume it as a Session (a context manager that commits on a clean
+        exit). Effects with an intent and no outcome go to ``reconcile[kind](effect)``; one with no
+        reconciler raises UnknownOutcomeError. ``budget`` ({"usd": 5}) stops a step or effect that
+        would start over it with BudgetExceededError. ``on_version_change``: "migrate" the state
+        through registered migrations, "invalidate" the completed steps (effects are kept), or
+        "accept" the checkpoint as it is."""
+        from .session import open_session  # sessions are optional: import on first use
+
+        return open_session(
+            self.run(run_id),
+            workflow=workflow,
+            workflow_version=workflow_version,
+            provenance=provenance,
+            reconcile=reconcile,
+            on_version_change=on_version_change,
+            budget=budget,
+        )
 
     def run(self, run_id: str) -> Run:
         """A handle on one run's log; any non-empty string is a valid run id."""
@@ -297,6 +332,7 @@ def open_store(
     concurrency: int | None = None,
     inline_limit: int | None = None,
     commit_attempts: int | None = None,
+    redactor: Redactor | None = None,
     backend: Backend | None = None,
     **backend_options: Any,
 ) -> Store:
@@ -305,7 +341,8 @@ def open_store(
     ``key`` is a key from generate_key(), 32 raw bytes, ``env:NAME``, ``passphrase:...`` or
     ``kms:<id|arn|alias>``; default ``$S3CKPT_KEY``. ``backend_options`` go to the backend:
     endpoint_url, region, credentials, retry_mode, max_attempts, max_pool_connections (S3),
-    storage_options (fsspec), fsync (local directory).
+    storage_options (fsspec), fsync (local directory). ``redactor`` replaces the default secret
+    redaction (``s3ckpt.Redactor(extra_patterns=..., allow=...)``; ``s3ckpt.NO_REDACTION`` turns it off).
     """
     user_key = parse_key(key)
     if backend is None:
@@ -317,6 +354,7 @@ def open_store(
         concurrency=concurrency or defaults.concurrency,
         inline_limit=defaults.inline_limit if inline_limit is None else inline_limit,
         commit_attempts=commit_attempts or defaults.commit_attempts,
+        redactor=defaults.redactor if redactor is None else redactor,
     )
     kms = _kms_factory(backend_options.get("region"), kms_endpoint_url or os.environ.get("AWS_ENDPOINT_URL_KMS"))
     config = _load_config(backend)

@@ -30,7 +30,8 @@ from .errors import (
     PreconditionFailedError,
     RunDeletedError,
 )
-from .records import HEAD_SCHEMA_VERSION, RECORD_SCHEMA_VERSION, ChunkRef, CommitRecord, HeadPointer, Manifest
+from .records import HEAD_SCHEMA_VERSION, RECORD_SCHEMA_VERSION, ChunkRef, CommitRecord, HeadPointer, Ledger, Manifest
+from .redaction import Redactor
 
 if TYPE_CHECKING:
     from .log import Entry, Run
@@ -68,14 +69,18 @@ class Writer:
             self._parent_loaded = True
         return self._parent
 
+    def parent_checkpoint(self) -> Checkpoint | None:
+        """The run's latest checkpoint as this writer found it (validated), or None."""
+        parent = self._parent_record()
+        return None if parent is None else self.run._checkpoint(parent)
+
     def _known_chunks(self) -> dict[str, ChunkRef]:
         """Chunks the parent checkpoint references: stored, and kept alive by a committed record."""
         parent = self._parent_record()
         known: dict[str, ChunkRef] = {}
         if parent is not None:
             manifests = list(parent.artifacts.values())
-            if parent.state_manifest is not None:
-                manifests.append(parent.state_manifest)
+            manifests += [m for m in (parent.state_manifest, parent.ledger_manifest) if m is not None]
             for manifest in manifests:
                 known.update((c.id, c) for c in manifest.chunks)
         return known
@@ -86,27 +91,53 @@ class Writer:
         *,
         artifacts: Mapping[str, Any] | None = None,
         meta: Mapping[str, Any] | None = None,
+        ledger: Ledger | None = None,
     ) -> Checkpoint:
         """Commit the next checkpoint. Raises FencedError if a newer writer claimed the run.
 
         Artifacts carry forward: those of the previous checkpoint that ``artifacts`` does not name
-        are kept (by reference, nothing is copied); ``artifacts={"name": None}`` drops one."""
+        are kept (by reference, nothing is copied); ``artifacts={"name": None}`` drops one. So does
+        the session ledger (steps, effects, budget) unless ``ledger`` replaces it. Every string in
+        the state, meta and ledger goes through the store's redactor before it is encrypted."""
+        return self._commit(state, artifacts=artifacts, meta=meta, ledger=ledger)
+
+    def _commit(
+        self,
+        state: Any,
+        *,
+        artifacts: Mapping[str, Any] | None,
+        meta: Mapping[str, Any] | None,
+        ledger: Ledger | None,
+        base: Mapping[str, Manifest] | None = None,
+    ) -> Checkpoint:
+        """``base``: the artifacts to start from instead of the parent's (a rollback's target)."""
         with self._lock:
             if self._stopped is not None:
                 raise self._stopped
-            normalized, state_text = _json_state(state)
-            state_value = normalized
-            meta_value = json_value(dict(meta or {}), "meta")
             store = self.run.store
-            large_state = len(state_text) > store.options.inline_limit
-            upload = store.blobs.begin(self._known_chunks() if artifacts or large_state else {})
-            state_manifest: Manifest | None = None
+            redactor = store.options.redactor
+            normalized, state_text = _json_state(state, redactor)
+            meta_value = redactor.redact(json_value(dict(meta or {}), "meta"))
             parent = self._parent_record()
-            manifests: dict[str, Manifest] = dict(parent.artifacts) if parent is not None else {}
+            ledger_value, ledger_text = self._ledger(ledger, parent, redactor)
+            stored_ledger = ledger_value
+            limit = store.options.inline_limit
+            large_state = len(state_text) > limit
+            large_ledger = ledger_text is not None and len(ledger_text) > limit
+            spills = large_state or large_ledger
+            upload = store.blobs.begin(self._known_chunks() if artifacts or spills else {})
+            state_manifest: Manifest | None = None
+            ledger_manifest = parent.ledger_manifest if parent is not None and ledger is None else None
+            if base is None:
+                base = parent.artifacts if parent is not None else {}
+            manifests = dict(base)
             try:
                 if large_state:
                     state_manifest = upload.write(state_text.encode("utf-8"))
-                    state_value = None
+                if large_ledger:
+                    assert ledger_text is not None
+                    ledger_manifest = upload.write(ledger_text.encode("utf-8"))
+                    ledger_value = None
                 for name, value in (artifacts or {}).items():
                     if not isinstance(name, str) or not name:
                         raise InvalidArtifactError(f"artifact names are non-empty strings, not {name!r}")
@@ -135,11 +166,13 @@ class Writer:
                 prev=self._prev,
                 created_at=datetime.now(UTC),
                 checkpoint_seq=seq,
-                state=state_value,
+                state=None if large_state else normalized,
                 state_manifest=state_manifest,
                 artifacts=manifests,
                 meta=meta_value,
                 provenance=self.provenance,
+                ledger=ledger_value,
+                ledger_manifest=ledger_manifest,
             )
             entry, ours = self.run._put_record(record)
             if not ours:
@@ -149,7 +182,16 @@ class Writer:
             self._checkpoint_seq, self._parent, self._parent_loaded = seq, record, True
             self.last_stats = upload.stats
             self._move_head(seq)
-            return Checkpoint(record, normalized, store.blobs)
+            return Checkpoint(record, normalized, store.blobs, ledger=stored_ledger)
+
+    def _ledger(
+        self, ledger: Ledger | None, parent: CommitRecord | None, redactor: Redactor
+    ) -> tuple[Ledger | None, str | None]:
+        """The ledger to record inline (redacted) and its JSON text, or the parent's carried as is."""
+        if ledger is None:
+            return (parent.ledger if parent is not None else None), None
+        text = json.dumps(redactor.redact(ledger.model_dump(mode="json")), ensure_ascii=False, separators=(",", ":"))
+        return Ledger.model_validate_json(text), text
 
     def _conflict(self, existing: Entry) -> ConflictError:
         other = existing.record
@@ -194,14 +236,14 @@ def json_value(value: Any, what: str) -> Any:
         raise InvalidArtifactError(f"{what} must be JSON-compatible (dict, list, str, int, float, bool, None): {exc}") from None
 
 
-def _json_state(state: Any) -> tuple[Any, str]:
-    """The state as a JSON value and as text; pydantic models are dumped in JSON mode."""
+def _json_state(state: Any, redactor: Redactor) -> tuple[Any, str]:
+    """The state as a redacted JSON value and as text; pydantic models are dumped in JSON mode."""
     if isinstance(state, pydantic.BaseModel):
         state = state.model_dump(mode="json")
     try:
-        text = json.dumps(state, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+        value = redactor.redact(json.loads(json.dumps(state, allow_nan=False, ensure_ascii=False)))
     except (TypeError, ValueError, RecursionError) as exc:
         raise InvalidArtifactError(
             f"state must be JSON-compatible data or a pydantic model: {exc}. Put binary data in artifacts=."
         ) from None
-    return json.loads(text), text
+    return value, json.dumps(value, ensure_ascii=False, separators=(",", ":"))

@@ -84,3 +84,29 @@ def test_errors_and_exit_codes(tmp_path: Path, args: list[str], code: int, messa
     assert result.returncode == code, result.stdout + result.stderr
     assert message in result.stdout + result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_effects_and_resolve(tmp_path: Path) -> None:
+    key = s3ckpt.generate_key()
+    url = str(tmp_path / "store")
+    store = s3ckpt.open_store(url, key=key)
+
+    def lost(idempotency_key: str) -> str:
+        raise TimeoutError("no answer")
+
+    with store.resume("r", workflow="w", workflow_version="1") as session, pytest.raises(TimeoutError):
+        session.emit("send-email", target="a@example.com", payload="hi", send=lost)
+    env = {"S3CKPT_KEY": key, "S3CKPT_URL": url}
+    listed = _cli("--json", "effects", "r", env=env)
+    assert listed.returncode == 0, listed.stderr
+    (effect,) = json.loads(listed.stdout)
+    assert (effect["kind"], effect["status"]) == ("send-email", "unknown")
+    assert _cli("resolve", "r", effect["idempotency_key"], env=env).returncode == 2  # neither --sent nor --not-sent
+    settled = _cli("resolve", "r", effect["idempotency_key"], "--sent", "msg-7", env=env)
+    assert settled.returncode == 0, settled.stderr
+    assert "confirmed" in settled.stdout
+    with store.resume("r", workflow="w", workflow_version="1") as session:
+        assert session.emit("send-email", target="a@example.com", payload="hi", send=lost) == "msg-7"
+    missing = _cli("resolve", "r", "s3c-nope", "--not-sent", env=env)
+    assert missing.returncode == 1
+    assert "no effect with idempotency key" in missing.stderr

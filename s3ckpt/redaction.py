@@ -1,0 +1,620 @@
+"""Redaction on write: secrets are replaced by ``[REDACTED:<kind>]`` before a record is encrypted.
+
+Encryption protects a checkpoint from whoever holds the bucket, not from whoever holds the key, and
+checkpoints are read back by operators, other workers and debugging sessions. So every string of a
+record (step results, state, effect targets, metadata) goes through a :class:`Redactor` first: known
+token shapes (cloud keys, JWTs, PEM keys, ...) are found by precise regexes, strings under
+secret-named fields are dropped whole, and the marker names the kind so a reader knows what was there.
+
+Every regex is linear: possessive quantifiers, no nested quantifiers over overlapping classes. Most
+are only tried where a literal anchor occurs (:attr:`SecretPattern.anchors`), so a megabyte of prose
+costs a few dozen ``str.find`` passes, and a short string with no anchor at all costs one regex search.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Final, TypeVar, cast
+
+__all__ = [
+    "DEFAULT_PATTERNS",
+    "DEFAULT_REDACTOR",
+    "DEFAULT_SECRET_KEY_NAMES",
+    "NON_SECRET_TOKEN_QUALIFIERS",
+    "NO_REDACTION",
+    "SECRET_ASSIGNMENT",
+    "SECRET_FIELD",
+    "Redactor",
+    "SecretPattern",
+    "assignment_patterns",
+    "key_words",
+    "marker",
+]
+
+_T = TypeVar("_T")
+
+#: The kind of a string stored under a secret-named dict key (the whole string is replaced).
+SECRET_FIELD: Final = "secret-field"
+#: The kind of a ``password=...`` / ``"api_key": "..."`` value found inside free text.
+SECRET_ASSIGNMENT: Final = "secret-assignment"
+
+_KIND = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
+_MARKER = re.compile(r"\[REDACTED:[A-Za-z0-9][A-Za-z0-9_.\-]*\]")
+_MARKER_START: Final = "[REDACTED:"
+
+
+def marker(kind: str) -> str:
+    """The text that replaces a secret of this kind."""
+    return f"[REDACTED:{kind}]"
+
+
+@dataclass(frozen=True, slots=True)
+class SecretPattern:
+    """One kind of secret: ``regex`` finds it, ``group`` is the part that is replaced.
+
+    ``anchors`` (lower-case literals) is an optimisation: when given, the regex is only tried with
+    ``regex.match`` where the lower-cased text holds one of them, so every match must start with
+    one (case-insensitively). Without anchors the regex is run with ``finditer`` over every string.
+    """
+
+    kind: str
+    regex: re.Pattern[str]
+    group: int = 0
+    anchors: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.kind, str) or not _KIND.fullmatch(self.kind):
+            raise ValueError(f"secret kind {self.kind!r}: use letters, digits, '-', '_' and '.', starting with a letter or digit")
+        if not isinstance(self.regex, re.Pattern) or not isinstance(self.regex.pattern, str):
+            raise TypeError(f"secret pattern {self.kind!r}: regex must be a compiled str pattern (re.compile(...))")
+        if not 0 <= self.group <= self.regex.groups:
+            raise ValueError(f"secret pattern {self.kind!r}: group {self.group} but the regex has {self.regex.groups} groups")
+        if not isinstance(self.anchors, tuple) or any(not isinstance(a, str) or not a or a != a.lower() for a in self.anchors):
+            raise ValueError(f"secret pattern {self.kind!r}: anchors must be a tuple of non-empty lower-case strings")
+
+
+# ---------------------------------------------------------------------------------------------
+# Secret-named keys
+
+#: Field names whose string values are secrets. A key matches when its words (see key_words)
+#: equal a name's words or end with them: ``db_password``, ``stripeApiKey``, ``X-Api-Key``.
+DEFAULT_SECRET_KEY_NAMES: Final[frozenset[str]] = frozenset({
+    "password", "passwd", "pwd", "passphrase", "passcode",
+    "secret", "client_secret", "secret_key", "secret_access_key",
+    "token", "access_token", "refresh_token", "id_token", "auth_token", "bearer_token",
+    "session_token", "security_token", "api_token",
+    "api_key", "apikey", "x-api-key", "access_key", "account_key",
+    "authorization", "proxy_authorization",
+    "private_key", "encryption_key", "signing_key", "master_key",
+    "credentials", "credential", "cookie", "set_cookie",
+})  # fmt: skip
+
+#: Words that, right before a final ``token``, make it a vocabulary or pagination token rather than
+#: a credential (``eos_token``, ``next_page_token``, ``NextContinuationToken``): redacting those
+#: would break the resume this store exists for. Only applies when the key merely ends with the
+#: listed name ``token``; a key equal to a listed name always matches.
+NON_SECRET_TOKEN_QUALIFIERS: Final[frozenset[str]] = frozenset({
+    "bos", "eos", "pad", "unk", "sep", "cls", "mask", "start", "end", "stop", "special",
+    "page", "next", "continuation", "pagination", "cursor", "sync", "resume", "cancellation", "idempotency",
+})  # fmt: skip
+
+_WORD = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
+
+
+def key_words(key: str) -> tuple[str, ...]:
+    """A field name as lower-case words: split on non-alphanumerics, camelCase and digit runs.
+
+    ``"X-Api-Key"`` -> ``("x", "api", "key")``; ``"stripeAPIKey"`` -> ``("stripe", "api", "key")``.
+    """
+    return tuple(w.lower() for w in _WORD.findall(key))
+
+
+def _name_words(names: Iterable[str]) -> frozenset[tuple[str, ...]]:
+    out: set[tuple[str, ...]] = set()
+    for name in names:
+        if not isinstance(name, str):
+            raise TypeError(f"secret key names are strings, not {type(name).__name__}")
+        words = key_words(name)
+        if not words:
+            raise ValueError(f"secret key name {name!r} has no ASCII letters or digits")
+        out.add(words)
+    return frozenset(out)
+
+
+def _is_secret_words(words: tuple[str, ...], names: frozenset[tuple[str, ...]]) -> bool:
+    for n in range(1, len(words) + 1):
+        tail = words[-n:]
+        if tail in names:
+            if tail == ("token",) and n < len(words) and words[-2] in NON_SECRET_TOKEN_QUALIFIERS:
+                continue
+            return True
+    return False
+
+
+# ---------------------------------------------------------------------------------------------
+# Regex building blocks
+
+# Key/value separator in free text (=, :, :=, =>), not '::' or '=='; spaces but not newlines around
+# it, so that a YAML "credentials:" line does not swallow the next line's key.
+_SEP = r"[ \t]*+(?:=>|:=|[:=])(?![:=])[ \t]*+"
+_KEY_QUOTE = r"(?:\\?[\"']\]?)"  # the closing quote of a quoted key, maybe escaped, maybe in ["..."]
+_OPEN_QUOTE = r"(?:\\?[\"'])"
+_TOKEN68 = r"[A-Za-z0-9\-._~+/]"  # RFC 7235 token68, the shape of bearer credentials
+
+
+def _ci(word: str) -> str:
+    return f"(?ai:{re.escape(word)})"  # ASCII-only case folding, like the anchors
+
+
+def _name_regex(words: Sequence[str]) -> str:
+    """A regex for one name in free text, matching only where a word of the key starts.
+
+    The first character is a plain class (``[Pp]``) so that ``re`` skips a non-matching name at
+    once; the word boundary is checked after the first word, by a fixed-width lookbehind.
+    """
+    first, rest = words[0], words[1:]
+    n, c = len(first), first[0]
+    up = re.escape(c.upper())
+    head = f"[{up}{re.escape(c)}]" if c.isalpha() else re.escape(c)
+    boundary = f"(?<![A-Za-z]{'.' * n})"  # after a non-letter: db_password, PASSWORD, 2fa_secret
+    boundary += f"|(?<=[a-z]{up}{'.' * (n - 1)})"  # camelCase: dbPassword
+    if n > 1:
+        boundary += f"|(?<=[A-Z]{up}[a-z]{'.' * (n - 2)})"  # after an acronym: XApiKey
+    regex = head + (_ci(first[1:]) if n > 1 else "") + f"(?:{boundary})"
+    regex += "".join(f"[_\\-. ]?{_ci(w)}" for w in rest)
+    if tuple(words) == ("token",):
+        # Vocabulary and pagination tokens (eos_token, NextToken) are not credentials.
+        regex += "".join(
+            f"(?<!{_ci(q + sep + 'token')})" for q in sorted(NON_SECRET_TOKEN_QUALIFIERS) for sep in ("", "_", "-", ".", " ")
+        )
+    return regex
+
+
+def _lead(prefix: str, width: int, before: str = "[A-Za-z0-9]") -> str:
+    """A literal prefix of ``width`` characters that does not continue a word.
+
+    The lookbehind comes after the prefix, so that the regex still starts with a literal (fast for
+    ``finditer`` too, not only at anchors).
+    """
+    return f"{prefix}(?<!{before}{'.' * width})"
+
+
+def assignment_patterns(names: Iterable[str]) -> tuple[SecretPattern, ...]:
+    """The pattern for ``name=value`` / ``"name": "value"`` inside free text, for these secret names.
+
+    Kind ``secret-assignment``. The value is quoted ("...", '...', or \\"...\\" inside a JSON string)
+    or, after a bare key only, bare up to a space or punctuation (``password=hunter2``,
+    ``Authorization: Bearer x``). A quoted key followed by a bare value is JSON or a Python repr,
+    where a bare value is a number or a literal, never a secret string.
+    """
+    words = _name_words(names)
+    # A name that ends with another listed name adds nothing (x-api-key ends with api_key).
+    minimal = sorted(w for w in words if not any(m != w and w[-len(m) :] == m for m in words))
+    if not minimal:
+        return ()
+    key = "(?:" + "|".join(_name_regex(w) for w in minimal) + ")"
+    bare = r"[^\s\"'`,;&<>(){}\[\]\\]"
+    value = (
+        r"(?<=\\\")(?:[^\"\\\r\n]|\\[^\"\r\n])*+(?=\\\")"  # \"...\" : JSON inside a JSON string
+        r"|(?<=\")(?:[^\"\\\r\n]|\\.)*+(?=\")"  # "..."
+        r"|(?<=')(?:[^'\\\r\n]|\\.)*+(?=')"  # '...'
+        # Bare; a language literal or type name is no password (``password: str``, ``token=None``).
+        rf"|(?<![\"'])(?!(?ai:null|none|nil|true|false|undefined|str|string|bytes|int)(?!{bare})){bare}++"
+    )
+    regex = (
+        f"{key}(?:{_KEY_QUOTE}{_SEP}{_OPEN_QUOTE}"  # quoted key: quoted value only
+        f"|{_SEP}(?:{_OPEN_QUOTE}|(?ai:bearer|basic|token|digest|negotiate)[ \\t]++)?)"
+        f"({value})"
+    )
+    firsts = {w[0] for w in minimal}
+    anchors = tuple(sorted(a for a in firsts if not any(b != a and a.startswith(b) for b in firsts)))
+    return (SecretPattern(SECRET_ASSIGNMENT, re.compile(regex), 1, anchors),)
+
+
+def _p(kind: str, regex: str, anchors: tuple[str, ...] = (), group: int = 0) -> SecretPattern:
+    return SecretPattern(kind, re.compile(regex), group, anchors)
+
+
+def _after_name(name: str) -> str:
+    # "Authorization: ", "authorization=", '"Authorization": "', "headers['Authorization'] = '"
+    return _name_regex((name,)) + _KEY_QUOTE + "?" + _SEP + _OPEN_QUOTE + "?"
+
+
+_SPECIFIC_PATTERNS: Final[tuple[SecretPattern, ...]] = (
+    # Whole PEM block, RSA/EC/DSA/OPENSSH/ENCRYPTED/PGP. The body runs up to the next "-----"; the END
+    # line is optional so that a truncated key is still hidden (from its header on).
+    _p(
+        "private-key",
+        r"-----BEGIN[ A-Z0-9]{0,40}PRIVATE KEY(?: BLOCK)?-----"
+        r"(?:[A-Za-z0-9+/=\s:,.()_@#\\]|-(?!----))*+"
+        r"(?:-----END[ A-Z0-9]{0,40}PRIVATE KEY(?: BLOCK)?-----)?",
+        ("-----begin",),
+    ),
+    # JWS (3 segments) or JWE (5): the header is base64url of '{"', hence eyJ.
+    _p(
+        "jwt",
+        _lead("eyJ", 3, r"[A-Za-z0-9_\-]") + r"[A-Za-z0-9_\-]{10,}+\.[A-Za-z0-9_\-]*+\.[A-Za-z0-9_\-]*+"
+        r"(?:\.[A-Za-z0-9_\-]*+\.[A-Za-z0-9_\-]++)?",
+        ("eyj",),
+    ),
+    # Upper case only, and 'A' is rare enough in text for re's own scan: no anchors.
+    _p(
+        "aws-access-key-id",
+        _lead("(?:AKIA|ASIA|AROA|AIDA|AGPA|AIPA|ANPA|ANVA|APKA|ABIA|ACCA)", 4) + r"[A-Z0-9]{16}(?![A-Za-z0-9])",
+    ),
+    # 40 base64 characters are only a secret access key when the text says so: bare, they could be
+    # anything (a git SHA is 40 hex characters).
+    _p(
+        "aws-secret-access-key",
+        _name_regex(("secret", "access", "key")) + _KEY_QUOTE + "?" + _SEP + _OPEN_QUOTE + "?"
+        r"([A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])",
+        ("secret",),
+        1,
+    ),
+    _p(
+        "github-token",
+        _lead("gh[pousr]_", 4) + r"[A-Za-z0-9]{30,255}+(?![A-Za-z0-9_])"
+        r"|" + _lead("github_pat_", 11) + r"[A-Za-z0-9_]{22,255}+(?![A-Za-z0-9])",
+        ("gh", "github_pat_"),
+    ),
+    _p(
+        "gitlab-token",
+        _lead("gl", 2) + r"(?:pat|dt|rt|ptt|ft|cbt|soat|oas|imt|agent|ffct)-[A-Za-z0-9_\-]{20,}+",
+        ("gl",),
+    ),
+    _p(
+        "slack-webhook",
+        r"hooks\.slack\.com/(?:services|workflows|triggers)/([A-Za-z0-9_/\-]{20,}+)",
+        ("hooks.slack.com/",),
+        1,
+    ),
+    _p("slack-token", _lead("x", 1) + r"(?:ox[abposre]|app-[0-9])-[A-Za-z0-9\-]{10,}+", ("xox", "xapp-")),
+    # Secret and restricted keys; publishable keys (pk_) are meant to be public.
+    _p("stripe-key", _lead("[sr]k_", 3) + r"(?:live|test)_[A-Za-z0-9]{10,}+(?![A-Za-z0-9])", ("sk_", "rk_")),
+    _p("stripe-key", _lead("whsec_", 6) + r"[A-Za-z0-9+/]{24,}+", ("whsec_",)),
+    _p("google-api-key", _lead("AIza", 4, r"[A-Za-z0-9_\-]") + r"[A-Za-z0-9_\-]{35}(?![A-Za-z0-9_\-])", ("aiza",)),
+    _p("anthropic-api-key", _lead("sk-ant-", 7, r"[A-Za-z0-9_\-]") + r"[A-Za-z0-9_\-]{32,}+", ("sk-",)),
+    # sk-... alone is common in prose and identifiers (sk-learn); a key has digits and capitals.
+    _p(
+        "openai-api-key",
+        _lead("sk-", 3, r"[A-Za-z0-9_\-]") + r"(?!ant-)(?:proj-|svcacct-|admin-)?"
+        r"(?=[A-Za-z_\-]*+[0-9])(?=[a-z0-9_\-]*+[A-Z])[A-Za-z0-9_\-]{32,}+",
+        ("sk-",),
+    ),
+    _p("npm-token", _lead("npm_", 4) + r"[A-Za-z0-9]{36}(?![A-Za-z0-9])", ("npm_",)),
+    _p("pypi-token", r"pypi-AgEIcHlwaS5vcmc[A-Za-z0-9_\-]{50,}+", ("pypi-",)),
+    _p(
+        "huggingface-token",
+        _lead("hf_", 3, "[A-Za-z0-9_]") + r"(?=[a-z]*+[A-Z])[A-Za-z]{30,}+(?![A-Za-z0-9_])",
+        ("hf_",),
+    ),
+    _p(
+        "sendgrid-key",
+        _lead(r"SG\.", 3) + r"[A-Za-z0-9_\-]{22}\.[A-Za-z0-9_\-]{43}(?![A-Za-z0-9_\-])",
+        ("sg.",),
+    ),
+    # scheme://user:password@host: only the password goes. The password may hold '@' (the last one
+    # before the host counts); the backtracking that needs stops at the first '/', '?', '#' or space.
+    _p("url-password", r"://[^\s/?#@:\[\]]*+:([^\s/?#]+)@", ("://",), 1),
+    _p("basic-auth", _after_name("authorization") + r"(?ai:basic)[ \t]++([A-Za-z0-9+/]++={0,2}+)", ("authorization",), 1),
+    _p("bearer-token", _after_name("authorization") + rf"(?ai:bearer)[ \t]++({_TOKEN68}++=*+)", ("authorization",), 1),
+    # "Bearer <token>" without the header: the bearer of this letter is not one, so the token must be
+    # long and have a digit.
+    _p(
+        "bearer-token",
+        _name_regex(("bearer",)) + rf"[ \t]++((?=[A-Za-z\-._~+/]*+[0-9]){_TOKEN68}{{16,}}+=*+)",
+        ("bearer",),
+        1,
+    ),
+)
+
+_DEFAULT_ASSIGNMENT: Final = assignment_patterns(DEFAULT_SECRET_KEY_NAMES)
+
+#: The built-in patterns, most specific first (on overlap, the first names the kind).
+DEFAULT_PATTERNS: Final[tuple[SecretPattern, ...]] = _SPECIFIC_PATTERNS + _DEFAULT_ASSIGNMENT
+
+# Up to this length a string is first searched for any anchor at all (one regex search, cheap on a
+# short string); a long string goes straight to one str.find pass per anchor.
+_GATE_MAX_LEN: Final = 4096
+
+_Trie = dict[str, "_Trie"]
+
+
+def _trie_regex(words: Iterable[str]) -> str:
+    """A regex matching any of the words, as a trie, so that re rejects a position in a few steps."""
+    root: _Trie = {}
+    for word in words:
+        node = root
+        for ch in word:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def emit(node: _Trie) -> str:
+        if "" in node:  # a whole word ends here, which is all the gate needs to know
+            return ""
+        alts = [re.escape(ch) + emit(child) for ch, child in sorted(node.items())]
+        return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+
+    return emit(root)
+
+
+# ---------------------------------------------------------------------------------------------
+# The redactor
+
+
+class Redactor:
+    """Replaces secrets in JSON-like values by ``[REDACTED:<kind>]``.
+
+    ``patterns`` (default: DEFAULT_PATTERNS) and ``extra_patterns`` find secrets inside strings;
+    ``allow`` lists strings (exact) or regexes (full match) that are kept even when a pattern finds
+    them; a string under a dict key that ``secret_key_names`` (default: DEFAULT_SECRET_KEY_NAMES)
+    matches is replaced whole. With the default patterns, custom ``secret_key_names`` also drive the
+    ``name=value`` pattern for free text. On overlap the earlier pattern names the kind; extra
+    patterns come after the built-in token shapes and before the generic ``name=value`` one.
+
+    Immutable once built, so one instance can serve any number of threads.
+    """
+
+    __slots__ = ("_allow_regexes", "_allow_strings", "_gate", "_key_cache", "_patterns", "_secret_names", "_unanchored")
+
+    _KEY_CACHE_SIZE: Final = 4096
+
+    def __init__(
+        self,
+        patterns: Iterable[SecretPattern] | None = None,
+        *,
+        extra_patterns: Iterable[SecretPattern] = (),
+        allow: Iterable[str | re.Pattern[str]] = (),
+        secret_key_names: Iterable[str] | None = None,
+    ) -> None:
+        if isinstance(secret_key_names, str):
+            raise TypeError("secret_key_names is a collection of names, not one string")
+        names = DEFAULT_SECRET_KEY_NAMES if secret_key_names is None else frozenset(secret_key_names)
+        self._secret_names = _name_words(names)
+        if patterns is None:
+            assignment = _DEFAULT_ASSIGNMENT if secret_key_names is None else assignment_patterns(names)
+            base = list(_SPECIFIC_PATTERNS + assignment)
+        else:
+            base = list(patterns)
+        extras = list(extra_patterns)
+        for p in (*base, *extras):
+            if not isinstance(p, SecretPattern):
+                raise TypeError(f"patterns are SecretPattern, not {type(p).__name__}")
+        generic = [i for i, p in enumerate(base) if p.kind == SECRET_ASSIGNMENT]
+        cut = generic[0] if generic else len(base)
+        self._patterns: tuple[SecretPattern, ...] = (*base[:cut], *extras, *base[cut:])
+        # With their index, which orders kinds on overlap.
+        self._unanchored = tuple((i, p) for i, p in enumerate(self._patterns) if not p.anchors)
+        anchors = {a for p in self._patterns for a in p.anchors}
+        self._gate = re.compile(_trie_regex(anchors)) if anchors else None
+        strings: set[str] = set()
+        regexes: list[re.Pattern[str]] = []
+        for a in allow:
+            if isinstance(a, str):
+                strings.add(a)
+            elif isinstance(a, re.Pattern) and isinstance(a.pattern, str):
+                regexes.append(a)
+            else:
+                raise TypeError(f"allow takes strings and compiled str regexes, not {type(a).__name__}")
+        self._allow_strings = frozenset(strings)
+        self._allow_regexes = tuple(regexes)
+        # key -> secret? The only mutable state: a bounded memo, safe to share (dict ops are atomic).
+        self._key_cache: dict[str, bool] = {}
+
+    @property
+    def patterns(self) -> tuple[SecretPattern, ...]:
+        """The patterns, in order of precedence."""
+        return self._patterns
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}({len(self._patterns)} patterns, {len(self._secret_names)} secret key names, "
+            f"{len(self._allow_strings) + len(self._allow_regexes)} allowed)"
+        )
+
+    # -- public API ---------------------------------------------------------------------------
+
+    def redact(self, value: _T) -> _T:
+        """A redacted copy of a JSON-like value (dict with str keys, list, tuple, str, int, float,
+        bool, None). The input is never changed; dict keys are kept as they are.
+
+        Raises TypeError for any other type: a value that cannot be scanned must not be stored.
+        """
+        return cast(_T, self._walk(value, None))
+
+    def redact_text(self, text: str) -> str:
+        """One string with every secret replaced by its marker."""
+        return self._text(text, None)
+
+    def found(self, value: object) -> list[str]:
+        """The kinds of the secrets in a value, one entry per replacement, in order; never the secrets."""
+        kinds: list[str] = []
+        self._walk(value, kinds)
+        return kinds
+
+    def is_secret_key(self, key: str) -> bool:
+        """Whether a string stored under this dict key is replaced whole."""
+        hit = self._key_cache.get(key)
+        if hit is None:
+            hit = _is_secret_words(key_words(key), self._secret_names)
+            if len(self._key_cache) < self._KEY_CACHE_SIZE:
+                self._key_cache[key] = hit
+        return hit
+
+    def is_allowed(self, text: str) -> bool:
+        """Whether the allow-list keeps this text although a pattern found it."""
+        return text in self._allow_strings or any(r.fullmatch(text) for r in self._allow_regexes)
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _walk(self, value: object, kinds: list[str] | None) -> object:
+        if isinstance(value, str):
+            return self._text(value, kinds)
+        if value is None or isinstance(value, int | float):  # bool is an int
+            return value
+        if isinstance(value, dict):
+            out: dict[object, object] = {}
+            for k, v in value.items():
+                if isinstance(v, str) and isinstance(k, str) and self.is_secret_key(k):
+                    out[k] = self._field(v, kinds)
+                else:
+                    out[k] = self._walk(v, kinds)
+            return out
+        if isinstance(value, list):
+            return [self._walk(v, kinds) for v in value]
+        if isinstance(value, tuple):
+            return tuple(self._walk(v, kinds) for v in value)
+        raise TypeError(
+            f"cannot redact a {type(value).__name__}: only JSON-like values are scanned "
+            "(dict, list, tuple, str, int, float, bool, None)"
+        )
+
+    def _field(self, value: str, kinds: list[str] | None) -> str:
+        # Empty says nothing; a marker is what an earlier pass left (keeps redact idempotent).
+        if not value or _MARKER.fullmatch(value) or self.is_allowed(value):
+            return value
+        if kinds is not None:
+            kinds.append(SECRET_FIELD)
+        return marker(SECRET_FIELD)
+
+    def _text(self, text: str, kinds: list[str] | None) -> str:
+        spans = self._spans(text)
+        if not spans:
+            return text
+        parts: list[str] = []
+        last = 0
+        for start, end, kind in spans:
+            parts.append(text[last:start])
+            parts.append(marker(kind))
+            last = end
+            if kinds is not None:
+                kinds.append(kind)
+        parts.append(text[last:])
+        return "".join(parts)
+
+    def _spans(self, text: str) -> list[tuple[int, int, str]]:
+        """Disjoint, sorted (start, end, kind) spans to replace."""
+        lower: str | None = None
+        candidates: Iterable[tuple[int, SecretPattern]] = enumerate(self._patterns)
+        if self._gate is not None and len(text) <= _GATE_MAX_LEN:
+            lower = _lower(text)
+            if len(lower) == len(text) and self._gate.search(lower) is None:
+                candidates = self._unanchored  # no anchor anywhere: no anchored pattern can match
+        found: list[tuple[int, int, int]] = []  # start, end, pattern index
+        positions: dict[str, list[int]] = {}  # anchor -> where it occurs, shared between patterns
+        for index, pattern in candidates:
+            matches: Iterable[re.Match[str]]
+            if pattern.anchors:
+                if lower is None:
+                    lower = _lower(text)
+                if len(lower) == len(text):
+                    matches = _anchored(pattern, text, lower, positions)
+                else:  # lower-casing moved the positions: scan the whole text
+                    matches = pattern.regex.finditer(text)
+            else:
+                matches = pattern.regex.finditer(text)
+            for m in matches:
+                start, end = m.span(pattern.group)
+                if start < end and not self.is_allowed(text[start:end]):
+                    found.append((start, end, index))
+        if found and _MARKER_START in text:
+            found = _outside_markers(found, text)
+        if not found:
+            return []
+        found.sort()
+        merged: list[tuple[int, int, str]] = []
+        cur_start, cur_end, cur_index = found[0]
+        for start, end, index in found[1:]:
+            if start < cur_end:  # overlap: one span, named by the earliest pattern
+                cur_end = max(cur_end, end)
+                cur_index = min(cur_index, index)
+            else:
+                merged.append((cur_start, cur_end, self._patterns[cur_index].kind))
+                cur_start, cur_end, cur_index = start, end, index
+        merged.append((cur_start, cur_end, self._patterns[cur_index].kind))
+        return merged
+
+
+def _lower(text: str) -> str:
+    lower = text.lower()
+    if len(lower) != len(text):
+        # U+0130 is the one character whose lower case is two characters; anchors are ASCII anyway.
+        lower = text.replace("\u0130", "I").lower()
+    return lower
+
+
+def _anchored(pattern: SecretPattern, text: str, lower: str, positions: dict[str, list[int]]) -> list[re.Match[str]]:
+    """The matches of an anchored pattern: ``regex.match`` at each occurrence of an anchor."""
+    starts: list[int] = []
+    for anchor in pattern.anchors:
+        where = positions.get(anchor)
+        if where is None:
+            where = []
+            at = lower.find(anchor)
+            while at != -1:
+                where.append(at)
+                at = lower.find(anchor, at + 1)
+            positions[anchor] = where
+        starts.extend(where)
+    if len(pattern.anchors) > 1:
+        starts.sort()
+    out: list[re.Match[str]] = []
+    end = -1
+    match = pattern.regex.match
+    for at in starts:
+        if at >= end:  # like finditer: no match starts inside the previous one
+            m = match(text, at)
+            if m is not None:
+                out.append(m)
+                end = m.end()
+    return out
+
+
+def _outside_markers(found: list[tuple[int, int, int]], text: str) -> list[tuple[int, int, int]]:
+    """The spans with the parts inside existing markers cut out: a marker is never redacted again."""
+    starts: list[int] = []
+    ends: list[int] = []
+    for m in _MARKER.finditer(text):
+        starts.append(m.start())
+        ends.append(m.end())
+    if not starts:
+        return found
+    out: list[tuple[int, int, int]] = []
+    for start, end, index in found:
+        i = max(bisect.bisect_right(starts, start) - 1, 0)
+        while start < end and i < len(starts) and starts[i] < end:
+            if ends[i] > start:
+                if starts[i] > start:
+                    out.append((start, starts[i], index))
+                start = max(start, ends[i])
+            i += 1
+        if start < end:
+            out.append((start, end, index))
+    return out
+
+
+class _NoRedaction(Redactor):
+    """Keeps everything: for stores whose records must stay byte for byte what the caller gave."""
+
+    __slots__ = ()
+
+    def redact(self, value: _T) -> _T:
+        return value
+
+    def redact_text(self, text: str) -> str:
+        return text
+
+    def found(self, value: object) -> list[str]:
+        return []
+
+    def is_secret_key(self, key: str) -> bool:
+        return False
+
+
+#: The redactor with every built-in pattern and secret key name.
+DEFAULT_REDACTOR: Final[Redactor] = Redactor()
+#: A redactor that returns every value unchanged.
+NO_REDACTION: Final[Redactor] = _NoRedaction(patterns=(), secret_key_names=())
