@@ -12,7 +12,7 @@ import secrets
 import threading
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pydantic
 
@@ -30,7 +30,18 @@ from .errors import (
     PreconditionFailedError,
     RunDeletedError,
 )
-from .records import HEAD_SCHEMA_VERSION, RECORD_SCHEMA_VERSION, ChunkRef, CommitRecord, HeadPointer, Ledger, Manifest
+from .records import (
+    HEAD_SCHEMA_VERSION,
+    RECORD_SCHEMA_VERSION,
+    AttemptRecord,
+    ChunkRef,
+    CommitRecord,
+    EffectRecord,
+    HeadPointer,
+    Ledger,
+    Manifest,
+    StepRecord,
+)
 from .redaction import Redactor
 
 if TYPE_CHECKING:
@@ -57,6 +68,8 @@ class Writer:
         self._lock = threading.Lock()
         self._stopped: ConflictError | None = None
         self.last_stats = WriteStats()
+        #: id(ledger entry) -> (entry, its redacted copy), for the entries of the last ledger
+        self._redacted: dict[int, tuple[Any, Any]] = {}
 
     @property
     def next_seq(self) -> int:
@@ -187,11 +200,26 @@ class Writer:
     def _ledger(
         self, ledger: Ledger | None, parent: CommitRecord | None, redactor: Redactor
     ) -> tuple[Ledger | None, str | None]:
-        """The ledger to record inline (redacted) and its JSON text, or the parent's carried as is."""
+        """The ledger to record (redacted) and its JSON text, or the parent's carried as is."""
         if ledger is None:
             return (parent.ledger if parent is not None else None), None
-        text = json.dumps(redactor.redact(ledger.model_dump(mode="json")), ensure_ascii=False, separators=(",", ":"))
-        return Ledger.model_validate_json(text), text
+        cache, self._redacted = self._redacted, {}
+
+        def redacted(entry: _Entry) -> _Entry:
+            # A session passes the same entry objects commit after commit: each is redacted once.
+            hit = cache.get(id(entry))
+            out = hit[1] if hit is not None and hit[0] is entry else _redact_entry(entry, redactor)
+            self._redacted[id(entry)] = (entry, out)
+            return out
+
+        value = Ledger(
+            steps={key: redacted(step) for key, step in ledger.steps.items()},
+            attempts=tuple(redacted(attempt) for attempt in ledger.attempts),
+            effects={key: redacted(effect) for key, effect in ledger.effects.items()},
+            budget=ledger.budget,
+            generation=ledger.generation,
+        )
+        return value, value.model_dump_json()
 
     def _conflict(self, existing: Entry) -> ConflictError:
         other = existing.record
@@ -227,6 +255,13 @@ class Writer:
                         return  # someone already moved it past us
         except (BackendError, IntegrityError, pydantic.ValidationError) as exc:
             log.warning("could not move HEAD of run %r to %d: %s", run.run_id, seq, exc)
+
+
+_Entry = TypeVar("_Entry", StepRecord, AttemptRecord, EffectRecord)
+
+
+def _redact_entry(entry: _Entry, redactor: Redactor) -> _Entry:
+    return type(entry).model_validate_json(json.dumps(redactor.redact(entry.model_dump(mode="json")), ensure_ascii=False))
 
 
 def json_value(value: Any, what: str) -> Any:

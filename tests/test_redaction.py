@@ -1,0 +1,661 @@
+"""Redaction on write: secret shapes go (and say what they were), look-alikes stay byte for byte,
+structures are copied and never changed, a second pass changes nothing, and every regex is linear.
+
+Every secret here is a fake built by concatenation at run time, so that this file itself does not
+look like a leaked credential to a secret scanner.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import hashlib
+import random
+import re
+import threading
+import uuid
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from s3ckpt.redaction import (
+    DEFAULT_PATTERNS,
+    DEFAULT_REDACTOR,
+    DEFAULT_SECRET_KEY_NAMES,
+    NO_REDACTION,
+    SECRET_ASSIGNMENT,
+    SECRET_FIELD,
+    Redactor,
+    SecretPattern,
+    assignment_patterns,
+    key_words,
+    marker,
+)
+
+R = DEFAULT_REDACTOR
+FIELD = marker(SECRET_FIELD)
+
+
+def j(*parts: str) -> str:
+    return "".join(parts)
+
+
+ALNUM = "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789aBcDeFgHiJkLmNoPqRsTuVwXyZ9876543210"
+
+
+def rnd(n: int, alphabet: str = ALNUM) -> str:
+    """n characters that look random (deterministic)."""
+    return "".join(alphabet[(i * 7 + 3) % len(alphabet)] for i in range(n))
+
+
+@dataclass(frozen=True)
+class Case:
+    """``before + secret + after`` must come out as ``before + [REDACTED:kind] + after``."""
+
+    name: str
+    kind: str
+    before: str
+    secret: str
+    after: str
+
+    @property
+    def text(self) -> str:
+        return self.before + self.secret + self.after
+
+    @property
+    def expected(self) -> str:
+        return self.before + marker(self.kind) + self.after
+
+
+AWS_SECRET = j("wJalrXUtnFEMI/K7MDENG/", "bPxRfiCYEXAMPLEKEY")
+JWT = j(
+    "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9",
+    ".eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4gRG9lIiwiaWF0IjoxNTE2MjM5MDIyfQ",
+    ".SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c",
+)
+PEM_BODY = "\n".join(rnd(64, ALNUM + "+/") for _ in range(4)) + "\n" + rnd(20) + "=="
+
+
+def pem(label: str, headers: str = "") -> str:
+    return j("-----BEGIN ", label, " KEY-----\n", headers, PEM_BODY, "\n-----END ", label, " KEY-----")
+
+
+SECRETS: list[Case] = [
+    Case("aws key id", "aws-access-key-id", "using key ", j("AKIA", "IOSFODNN7EXAMPLE"), " for uploads"),
+    Case("aws session key id", "aws-access-key-id", "temporary credentials ", j("ASIA", "Y34FZKBOKMUTVV7A"), " expire soon"),
+    Case("aws secret env", "aws-secret-access-key", "export AWS_SECRET_ACCESS_KEY=", AWS_SECRET, "\nexport X=1"),
+    Case("aws secret json", "aws-secret-access-key", 'creds {"SecretAccessKey": "', AWS_SECRET, '", "Expiration": 1}'),
+    Case("aws secret ini", "aws-secret-access-key", "[default]\naws_secret_access_key = ", AWS_SECRET, "\nregion = eu-west-1"),
+    Case("bearer header", "bearer-token", "GET / HTTP/1.1\r\nAuthorization: Bearer ", "mF_9.B5f-4.1JqM", "\r\nHost: x"),
+    Case("bearer in prose", "bearer-token", "call it with Bearer ", j("ya29.a0AfH6SMBx3kLr9", "Q2vT7yZpWmN5cD8eF"), " please"),
+    Case("basic auth", "basic-auth", "curl -H 'Authorization: Basic ", base64.b64encode(b"aladdin:opensesame").decode(), "' x"),
+    Case("jwt", "jwt", "session cookie was ", JWT, " (expired)"),
+    Case("jwt after bearer", "jwt", "Authorization: Bearer ", JWT, ""),
+    Case("rsa pem", "private-key", "key file:\n", pem("RSA PRIVATE"), "\nend of file"),
+    Case("ec pem", "private-key", "", pem("EC PRIVATE"), " was pasted"),
+    Case("openssh pem", "private-key", "id_ed25519: ", pem("OPENSSH PRIVATE"), ""),
+    Case("encrypted pkcs8", "private-key", "", pem("ENCRYPTED PRIVATE"), "\n"),
+    Case("pkcs8", "private-key", "k=", pem("PRIVATE"), ";"),
+    Case(
+        "rsa pem, legacy encrypted",
+        "private-key",
+        "",
+        pem("RSA PRIVATE", "Proc-Type: 4,ENCRYPTED\nDEK-Info: AES-128-CBC,3F17F5316E2BAC89\n\n"),
+        "",
+    ),
+    Case("truncated pem", "private-key", "log: '", j("-----BEGIN RSA ", "PRIVATE KEY-----\n", PEM_BODY[:150]), "' (cut)"),
+    Case("pem in json string", "private-key", '{"key": "', pem("RSA PRIVATE").replace("\n", "\\n"), '"}'),
+    Case("github classic", "github-token", "token ", j("ghp", "_", rnd(36)), " has repo scope"),
+    Case("github oauth", "github-token", "(", j("gho", "_", rnd(36)), ")"),
+    Case("github app", "github-token", "installation token ", j("ghs", "_", rnd(36)), "."),
+    Case("github fine-grained", "github-token", "GH_TOKEN=", j("github", "_pat_", rnd(22), "_", rnd(59)), " make"),
+    Case("gitlab", "gitlab-token", "PRIVATE-TOKEN ", j("glpat", "-", rnd(20)), " for the api"),
+    Case("slack bot", "slack-token", "bot ", j("xoxb", "-1234567890-1234567890123-", rnd(24)), " posted"),
+    Case("slack user", "slack-token", "user ", j("xoxp", "-1234567890-1234567890123-1234567890123-", rnd(32)), ""),
+    Case(
+        "slack webhook",
+        "slack-webhook",
+        "POST https://hooks.slack.com/services/",
+        j("T0", "1234567/B0", "1234567/", rnd(24)),
+        " ok",
+    ),
+    Case("stripe live", "stripe-key", "charge with ", j("sk", "_live_", rnd(24)), " now"),
+    Case("stripe test", "stripe-key", "STRIPE_KEY=", j("sk", "_test_", rnd(24)), ""),
+    Case("stripe restricted", "stripe-key", "restricted ", j("rk", "_live_", rnd(24)), "."),
+    Case("url password", "url-password", "git clone https://deploy:", "s3cr3tP4ss", "@git.example.com/repo.git"),
+    Case("url password with @", "url-password", "DATABASE_URL=postgres://app:", "p@ss:w0rd", "@db.internal:5432/app"),
+    Case("url password, empty user", "url-password", "redis://:", "hunter2hunter2", "@cache:6379/0"),
+    Case("google api key", "google-api-key", "maps key ", j("AIza", "SyA-1234567890", "abcdefghijklmnopqrstu"), " ok"),
+    Case("anthropic key", "anthropic-api-key", "ANTHROPIC_API_KEY ", j("sk-", "ant-api03-", rnd(80), "AA"), " set"),
+    Case("openai project key", "openai-api-key", "key ", j("sk-", "proj-", rnd(48)), " works"),
+    Case("openai legacy key", "openai-api-key", "key ", j("sk-", rnd(20), "T3Blbk", "FJ", rnd(20)), " works"),
+    Case("npm token", "npm-token", "//registry.npmjs.org/:_authToken ", j("npm", "_", rnd(36)), ""),
+    Case("pypi token", "pypi-token", "password ", j("pypi-", "AgEIcHlwaS5vcmc", rnd(60)), " for upload"),
+    Case("huggingface token", "huggingface-token", "HF ", j("hf", "_", rnd(34, "AbCdEfGhIjKlMnOpQrStUvWxYz")), " read"),
+    Case("sendgrid key", "sendgrid-key", "mail ", j("SG", ".", rnd(22), ".", rnd(43)), " sent"),
+    Case("stripe webhook secret", "stripe-key", "signing ", j("whsec", "_", rnd(32)), " verify"),
+    Case("password in a log line", SECRET_ASSIGNMENT, "login failed password=", "hunter2", " user=bob"),
+    Case("api_key in a json string", SECRET_ASSIGNMENT, '{"api_key": "', "abc123", '", "n": 1}'),
+    Case("json inside a json string", SECRET_ASSIGNMENT, '{\\"client_secret\\": \\"', "s3cr3t-v4lue", '\\", \\"id\\": 7}'),
+    Case("python repr", SECRET_ASSIGNMENT, "{'db_password': '", "correct horse battery staple", "', 'port': 5432}"),
+    Case("camelCase key", SECRET_ASSIGNMENT, "config stripeApiKey: ", "k-99887766", " loaded"),
+    Case("header key", SECRET_ASSIGNMENT, "X-Api-Key: ", "Zm9vYmFyYmF6", "\r\n"),
+    Case("url query token", SECRET_ASSIGNMENT, "GET /cb?state=ok&access_token=", "a1b2c3d4e5", "&x=1"),
+    Case(
+        "azure account key",
+        SECRET_ASSIGNMENT,
+        "DefaultEndpointsProtocol=https;AccountKey=",
+        rnd(86, ALNUM + "+/") + "==",
+        ";EndpointSuffix=core.windows.net",
+    ),
+    Case("yaml secret", SECRET_ASSIGNMENT, "db:\n  password: ", "Tr0ub4dor&3", "\n  host: db"),
+    Case("github token scheme", "github-token", "Authorization: token ", j("ghp", "_", rnd(36)), ""),
+]
+
+LOOKALIKES: list[str] = [
+    "commit 9fceb02d0ae598e95dc970b74767f19372d61af8 fixed the build",
+    f"sha256 {hashlib.sha256(b'hello').hexdigest()} matches",
+    f"digest sha256:{hashlib.sha256(b'layer').hexdigest()}",
+    f"sha1={hashlib.sha1(b'x').hexdigest()} checksum: {hashlib.sha1(b'y').hexdigest()}",
+    f"run {uuid.UUID(int=0x3F2A9C0E1B2C4D5E8F90123456789ABC)} started",
+    "payload " + base64.b64encode(b"the quick brown fox jumps over the lazy dog").decode(),
+    "publishable " + j("pk", "_live_", rnd(24)) + " and " + j("pk", "_test_", rnd(24)),
+    "clone https://alice@git.example.com/team/repo.git",
+    "see https://example.com/path/to/page?x=1&page=2#top",
+    "the bearer of this letter is entitled to a refund",
+    "Bearer bonds were popular in the 1950s; bearer instruments, too.",
+    "Bearer authentication-mechanisms are described in RFC 6750",
+    "the ghp team shipped ghp-tools v2",
+    "mail alice.smith+tag@example.co.uk or bob@example.org",
+    "at 2024-05-06T07:08:09.123456+00:00 and 12:30:45",
+    "bucket arn:aws:s3:::my-bucket/key and role arn:aws:iam::123456789012:role/Deploy",
+    "account 123456789012 in us-east-1",
+    "wrote s3://my-bucket/path/to/object.json",
+    "my password policy requires 12 characters",
+    '{"tokens": 12}',
+    '{"max_tokens": 4096, "token_count": 5, "tokens_seen": "77"}',
+    "colour #1e90ff and #FFF",
+    "version 1.2.3-rc.1+build.5",
+    "fit it with scikit-learn (sk-learn) on a task-runner",
+    "def login(password: str, token: str | None = None) -> bool:",
+    "if token == expected_token and password == other:",
+    "next_page_token=CiAKGjBpNDd2Nmp2Zml2cXRwYjBpOXA and NextToken: abc123",
+    "eos_token: </s>, pad_token=<pad>",
+    "the AKIA prefix marks a long-term key; ASIA a temporary one",
+    "a JWT starts with eyJhbGciOi but this one stops",
+    "Author: Jane Doe; secretary: Bob; passwords_changed_at=2024-01-01",
+    "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABAQC7 alice@laptop",
+    "-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE\n-----END PUBLIC KEY-----",
+    "-----BEGIN CERTIFICATE-----\nMIIBkTCB+wIJAL\n-----END CERTIFICATE-----",
+    "Basic instructions: press the key, then the token ring",
+    "~/.ssh/id_rsa.pub and /etc/ssl/private/ (a directory)",
+    "password_policy_url=https://example.com/policy",
+    "credentials:\n  user: bob",
+    "a::b, token::Kind, x := 1, y => 2",
+    'the field "password" is required',
+    "password: null, token=None, secret=true",
+    "İstanbul ünïcödé 𝖨 text with no secrets",
+]
+
+
+def case_id(c: Case) -> str:
+    return c.name
+
+
+def test_corpora_are_big_and_distinct() -> None:
+    assert len({c.secret for c in SECRETS}) >= 24
+    assert len(set(LOOKALIKES)) >= 24
+    assert len({c.kind for c in SECRETS}) >= 15
+
+
+@pytest.mark.parametrize("case", SECRETS, ids=case_id)
+def test_secret_is_replaced_by_its_kind(case: Case) -> None:
+    out = R.redact_text(case.text)
+    assert case.secret not in out
+    assert out == case.expected  # the marker names the kind, and the text around it is kept
+    assert R.found(case.text) == [case.kind]
+
+
+@pytest.mark.parametrize("text", LOOKALIKES)
+def test_lookalike_is_kept_byte_for_byte(text: str) -> None:
+    assert R.redact_text(text) is text
+    assert R.found(text) == []
+
+
+@pytest.mark.parametrize("case", SECRETS, ids=case_id)
+def test_redaction_is_idempotent(case: Case) -> None:
+    once = R.redact_text(case.text)
+    assert R.redact_text(once) == once
+    assert R.redact({"v": once, "password": FIELD}) == {"v": once, "password": FIELD}
+
+
+def test_markers_in_input_are_not_redacted_again() -> None:
+    text = "seen [REDACTED:jwt] and [REDACTED:acme-token]; password: [REDACTED:secret-field]"
+    assert R.redact_text(text) == text
+    assert R.redact_text('{"api_key": "[REDACTED:secret-assignment]"}') == '{"api_key": "[REDACTED:secret-assignment]"}'
+
+
+def test_many_secrets_in_one_text() -> None:
+    text = " | ".join(c.text for c in SECRETS)
+    out = R.redact_text(text)
+    for c in SECRETS:
+        assert c.secret not in out, c.name
+    assert " | ".join(c.expected for c in SECRETS) == out
+    assert R.found(text) == [c.kind for c in SECRETS]
+
+
+def test_positions_hold_after_non_ascii_text() -> None:
+    # U+0130 lower-cases to two characters; the anchors must still point at the right place.
+    text = "İİ 𝖨 ünï password=hunter2 İ " + j("ghp", "_", rnd(36)) + " end"
+    assert R.redact_text(text) == "İİ 𝖨 ünï password=[REDACTED:secret-assignment] İ [REDACTED:github-token] end"
+
+
+# -- secret-named keys -------------------------------------------------------------------------
+
+SECRET_KEYS = [
+    "password",
+    "db_password",
+    "DB_PASSWORD",
+    "dbPassword",
+    "stripeApiKey",
+    "X-Api-Key",
+    "x_api_key",
+    "apikey",
+    "APIKey",
+    "client_secret",
+    "AUTHORIZATION",
+    "Proxy-Authorization",
+    "aws_secret_access_key",
+    "AWSSecretAccessKey",
+    "access_token",
+    "refreshToken",
+    "id_token",
+    "token",
+    "github.token",
+    "private key",
+    "credentials",
+    "Cookie",
+    "session_token",
+    "pwd",
+]
+PLAIN_KEYS = [
+    "max_tokens",
+    "tokens_seen",
+    "token_count",
+    "tokenizer",
+    "secretary",
+    "password_policy_url",
+    "passwords_changed_at",
+    "author",
+    "authority",
+    "key",
+    "primary_key",
+    "cache_key",
+    "api_version",
+    "next_page_token",
+    "NextToken",
+    "NextContinuationToken",
+    "eos_token",
+    "pad_token",
+    "aws_access_key_id",
+    "passed",
+    "compass",
+    "user",
+]
+
+
+@pytest.mark.parametrize("key", SECRET_KEYS)
+def test_string_under_a_secret_key_is_replaced_whole(key: str) -> None:
+    assert R.is_secret_key(key)
+    assert R.redact({key: "anything at all", "n": 1}) == {key: FIELD, "n": 1}
+    assert R.found({key: "x"}) == [SECRET_FIELD]
+
+
+@pytest.mark.parametrize("key", PLAIN_KEYS)
+def test_string_under_a_plain_key_is_kept(key: str) -> None:
+    assert not R.is_secret_key(key)
+    assert R.redact({key: "4096"}) == {key: "4096"}
+
+
+def test_key_words() -> None:
+    assert key_words("X-Api-Key") == ("x", "api", "key")
+    assert key_words("stripeAPIKey") == ("stripe", "api", "key")
+    assert key_words("aws_secret_access_key") == ("aws", "secret", "access", "key")
+    assert key_words("oauth2.token") == ("oauth", "2", "token")
+
+
+def test_non_string_values_under_secret_keys_are_kept_and_containers_walked() -> None:
+    value = {
+        "token_count": 5,
+        "token": 5,
+        "password": None,
+        "secret": True,
+        "api_key": 1.5,
+        "credentials": {"user": "bob", "password": "pw", "note": j("AKIA", "IOSFODNN7EXAMPLE")},
+        "tokens": ["plain", "password=hunter2"],
+        "authorization": ["Basic abc", "x"],  # a list under a secret name is walked, not dropped
+        "empty": {"password": ""},  # nothing to hide
+    }
+    assert R.redact(value) == {
+        "token_count": 5,
+        "token": 5,
+        "password": None,
+        "secret": True,
+        "api_key": 1.5,
+        "credentials": {"user": "bob", "password": FIELD, "note": "[REDACTED:aws-access-key-id]"},
+        "tokens": ["plain", "password=[REDACTED:secret-assignment]"],
+        "authorization": ["Basic abc", "x"],
+        "empty": {"password": ""},
+    }
+
+
+def test_nested_structure_is_copied_not_mutated() -> None:
+    ghp = j("ghp", "_", rnd(36))
+    value = {
+        "state": {
+            "steps": [
+                {"name": "fetch", "result": {"headers": {"Authorization": "Bearer abc.def", "Accept": "json"}}},
+                {"name": "deploy", "result": ("ok", f"pushed with {ghp}", 3, None, 2.5, False)},
+            ],
+            "depth": [[[[{"client_secret": "cs", "ids": [1, 2, 3]}]]]],
+        },
+        "meta": {"url": "https://u:pw123456@h/p", "count": 2},
+        7: "non-string keys are kept",
+    }
+    before = copy.deepcopy(value)
+    out = R.redact(value)
+    assert value == before  # not mutated
+    assert out == {
+        "state": {
+            "steps": [
+                {"name": "fetch", "result": {"headers": {"Authorization": FIELD, "Accept": "json"}}},
+                {"name": "deploy", "result": ("ok", "pushed with [REDACTED:github-token]", 3, None, 2.5, False)},
+            ],
+            "depth": [[[[{"client_secret": FIELD, "ids": [1, 2, 3]}]]]],
+        },
+        "meta": {"url": "https://u:[REDACTED:url-password]@h/p", "count": 2},
+        7: "non-string keys are kept",
+    }
+    assert isinstance(out["state"]["steps"][1]["result"], tuple)  # type: ignore[index]
+    assert out["state"] is not value["state"]
+    assert out["state"]["depth"][0] is not value["state"]["depth"][0]  # type: ignore[index]
+    assert R.redact(out) == out
+    assert R.found(value) == [SECRET_FIELD, "github-token", SECRET_FIELD, "url-password"]
+
+
+def test_dict_keys_are_not_redacted() -> None:
+    key = j("AKIA", "IOSFODNN7EXAMPLE")
+    assert R.redact({key: 1}) == {key: 1}
+
+
+@pytest.mark.parametrize("bad", [b"bytes", {1, 2}, object(), {"nested": [bytearray(b"x")]}])
+def test_non_json_values_are_refused(bad: object) -> None:
+    with pytest.raises(TypeError, match="JSON-like"):
+        R.redact(bad)
+
+
+# -- configuration -----------------------------------------------------------------------------
+
+
+def test_allow_list_exact_string() -> None:
+    key = j("AKIA", "IOSFODNN7EXAMPLE")
+    other = j("AKIA", "ABCDEFGHIJKLMNOP")
+    r = Redactor(allow=[key])
+    assert r.redact_text(f"doc example {key}, real {other}") == "doc example " + key + ", real [REDACTED:aws-access-key-id]"
+    assert r.redact({"password": key}) == {"password": key}
+
+
+def test_allow_list_regex_must_match_whole_secret() -> None:
+    r = Redactor(allow=[re.compile(r"AKIA[A-Z0-9]{9}EXAMPLE")])
+    key = j("AKIA", "IOSFODNN7EXAMPLE")
+    assert r.redact_text(key) == key
+    partial = Redactor(allow=[re.compile(r"AKIA")])  # matches a part only: not allowed
+    assert partial.redact_text(key) == "[REDACTED:aws-access-key-id]"
+
+
+def test_extra_patterns_add_a_kind() -> None:
+    acme = SecretPattern("acme-token", re.compile(r"ACME-[0-9]{8}"))
+    r = Redactor(extra_patterns=[acme])
+    text = "token ACME-12345678 and " + j("AKIA", "IOSFODNN7EXAMPLE")
+    assert r.redact_text(text) == "token [REDACTED:acme-token] and [REDACTED:aws-access-key-id]"
+    assert R.redact_text("ACME-12345678") == "ACME-12345678"
+    assert r.found(text) == ["acme-token", "aws-access-key-id"]
+    # The extra pattern names the kind over the generic name=value one.
+    assert r.redact_text("password=ACME-12345678") == "password=[REDACTED:acme-token]"
+
+
+def test_pattern_group_selects_the_part_replaced() -> None:
+    p = SecretPattern("pin", re.compile(r"\bPIN ([0-9]{4,8})\b"), 1)
+    assert Redactor([p]).redact_text("card PIN 123456 ok") == "card PIN [REDACTED:pin] ok"
+
+
+def test_anchored_extra_pattern() -> None:
+    p = SecretPattern("acme-token", re.compile(r"(?i:acme_)[0-9]{8}"), anchors=("acme_",))
+    r = Redactor([p])
+    assert r.redact_text("x ACME_12345678 y acme_87654321") == "x [REDACTED:acme-token] y [REDACTED:acme-token]"
+    assert r.redact_text("short acme_1") == "short acme_1"
+
+
+def test_anchors_sharing_a_prefix_or_overlapping_are_all_found() -> None:
+    # "passkey_" starts with the built-in anchor "pass"; "hq_" overlaps the built-in "gh" in "ghq_".
+    passkey = SecretPattern("passkey", re.compile(r"(?i:passkey_)[0-9]{6}"), anchors=("passkey_",))
+    hq = SecretPattern("hq", re.compile(r"(?i:hq_)[0-9]{6}"), anchors=("hq_",))
+    r = Redactor(extra_patterns=[passkey, hq])
+    for pad in ("", " " * 2000):  # a short string (one scan) and a long one (a find per anchor)
+        assert r.redact_text(f"login PASSKEY_123456 ok{pad}") == f"login [REDACTED:passkey] ok{pad}"
+        assert r.redact_text(f"ghq_654321{pad}") == f"g[REDACTED:hq]{pad}"
+
+
+def test_no_patterns_still_redacts_by_key_name() -> None:
+    r = Redactor(patterns=[])
+    key = j("AKIA", "IOSFODNN7EXAMPLE")
+    assert r.redact({"password": "pw", "note": key, "text": "password=x"}) == {
+        "password": FIELD,
+        "note": key,
+        "text": "password=x",
+    }
+
+
+def test_custom_secret_key_names_drive_keys_and_text() -> None:
+    r = Redactor(secret_key_names=["pin", "page_token"])
+    assert r.redact({"pin": "1234", "card_pin": "9", "password": "pw", "next_page_token": "t"}) == {
+        "pin": FIELD,
+        "card_pin": FIELD,
+        "password": "pw",
+        "next_page_token": FIELD,  # listed explicitly, so not a pagination token any more
+    }
+    assert r.redact_text("pin=1234 password=pw") == "pin=[REDACTED:secret-assignment] password=pw"
+    assert r.redact_text(j("AKIA", "IOSFODNN7EXAMPLE")) == "[REDACTED:aws-access-key-id]"  # token shapes stay
+
+
+def test_no_redaction_keeps_everything() -> None:
+    value = {"password": "pw", "text": SECRETS[0].text, "items": [JWT, ("x", 1)]}
+    assert NO_REDACTION.redact(value) is value
+    assert NO_REDACTION.redact_text(JWT) is JWT
+    assert NO_REDACTION.found(value) == []
+    assert isinstance(NO_REDACTION, Redactor)
+
+
+def test_found_reports_kinds_in_order_never_secrets() -> None:
+    value = {"a": f"{JWT} then " + j("AKIA", "IOSFODNN7EXAMPLE"), "password": "pw", "b": ["https://u:p4ssw0rd@h"]}
+    kinds = R.found(value)
+    assert kinds == ["jwt", "aws-access-key-id", SECRET_FIELD, "url-password"]
+    assert all(k in {p.kind for p in DEFAULT_PATTERNS} | {SECRET_FIELD} for k in kinds)
+
+
+def test_invalid_configuration_is_refused() -> None:
+    with pytest.raises(ValueError, match="kind"):
+        SecretPattern("has space", re.compile("x"))
+    with pytest.raises(ValueError, match="group"):
+        SecretPattern("k", re.compile("(x)"), 2)
+    with pytest.raises(ValueError, match="anchors"):
+        SecretPattern("k", re.compile("x"), anchors=("UPPER",))
+    with pytest.raises(TypeError, match="compiled"):
+        SecretPattern("k", "x")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        Redactor(allow=[3])  # type: ignore[list-item]
+    with pytest.raises(TypeError):
+        Redactor(patterns=["x"])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="collection"):
+        Redactor(secret_key_names="password")
+    with pytest.raises(ValueError, match="no ASCII"):
+        Redactor(secret_key_names=["--"])
+
+
+def test_default_names_and_assignment_patterns() -> None:
+    assert {"password", "api_key", "authorization", "token", "client_secret"} <= DEFAULT_SECRET_KEY_NAMES
+    assert assignment_patterns([]) == ()
+    (p,) = assignment_patterns(["pin"])
+    assert p.kind == SECRET_ASSIGNMENT
+    assert p.anchors == ("pin",)
+
+
+def test_concurrent_use_gives_the_same_results() -> None:
+    value = {"items": [c.text for c in SECRETS] + LOOKALIKES, "password": "pw"}
+    expected = R.redact(value)
+    results: list[object] = []
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            for _ in range(5):
+                results.append(R.redact(value))
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert len(results) == 40
+    assert all(r == expected for r in results)
+
+
+SEPARATORS = st.sampled_from([" ", "\n", ", ", "; ", "\t", " | "])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, len(SECRETS) + len(LOOKALIKES) - 1), SEPARATORS), max_size=8))
+def test_mixed_text_is_redacted_once_and_for_all(parts: list[tuple[int, str]]) -> None:
+    pieces: list[str] = []
+    expected: list[str] = []
+    secrets: list[str] = []
+    for index, sep in parts:
+        if index < len(SECRETS):
+            c = SECRETS[index]
+            pieces.append(c.text + sep)
+            expected.append(c.expected + sep)
+            secrets.append(c.secret)
+        else:
+            pieces.append(LOOKALIKES[index - len(SECRETS)] + sep)
+            expected.append(pieces[-1])
+    text = "".join(pieces)
+    out = R.redact_text(text)
+    assert out == "".join(expected)
+    assert R.redact_text(out) == out
+    for secret in secrets:
+        assert secret not in out
+
+
+# -- linear time -------------------------------------------------------------------------------
+
+PATHOLOGICAL = {
+    "a@": "a" * 100_000 + "@",
+    "eyJ": "eyJ" + "a" * 100_000,
+    "eyJ dots": "eyJ" + "a" * 100_000 + "." + "." * 100_000,
+    "url": "://" + "a:" * 50_000,
+    "url no @": "https://u:" + "p" * 200_000,
+    "pem header only": "-----BEGIN RSA PRIVATE KEY-----" * 20_000,
+    "pem unterminated": "-----BEGIN RSA PRIVATE KEY-----\n" + "A" * 500_000,
+    "bearer": "Bearer " * 50_000,
+    "bearer long": "bearer " + "a" * 300_000,
+    "sk-": "sk-" * 100_000,
+    "AKIA": "AKIA" * 100_000,
+    "password=": "password=" * 50_000,
+    "quotes": 'api_key="' + 'a\\"' * 100_000,
+    "backslashes": 'password: "' + "\\" * 300_000,
+    "spaces": "password" + " " * 300_000 + "=x",
+    "keys": "secret_access_key_" * 30_000,
+    "colons": ":" * 300_000,
+    "dashes": "-" * 300_000,
+    "words": ("a" * 50 + " ") * 10_000,
+}
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("name", list(PATHOLOGICAL))
+def test_pathological_input_completes(name: str) -> None:
+    text = PATHOLOGICAL[name]
+    out = R.redact_text(text)
+    assert R.redact_text(out) == out
+
+
+@pytest.mark.timeout(10)
+def test_a_megabyte_of_prose_with_secrets() -> None:
+    rng = random.Random(7)
+    words = [
+        "the",
+        "of",
+        "and",
+        "to",
+        "in",
+        "is",
+        "was",
+        "for",
+        "on",
+        "that",
+        "with",
+        "as",
+        "by",
+        "at",
+        "from",
+        "this",
+        "it",
+        "be",
+        "are",
+        "or",
+        "an",
+        "not",
+        "have",
+        "has",
+        "had",
+        "key",
+        "token",
+        "password",
+        "secret",
+        "api",
+        "access",
+        "private",
+        "master",
+        "signing",
+        "cookie",
+        "credential",
+        "bearer",
+        "authorization",
+        "capital",
+        "rapid",
+        "passed",
+        "compass",
+        "masterpiece",
+        "secretary",
+        "tokens",
+        "author",
+        "identity",
+        "task",
+        "desk",
+        "ask:",
+        "x=1",
+        "a-b",
+    ]
+    prose = " ".join(rng.choice(words) for _ in range(200_000))[:1_000_000]
+    chosen = SECRETS[::5]
+    text = prose + "".join(f" {c.text} " + prose[:1000] for c in chosen)
+    out = R.redact_text(text)
+    for c in chosen:
+        assert c.secret not in out
+        assert c.expected in out
+    assert out.startswith(prose[:500_000])
