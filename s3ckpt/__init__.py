@@ -10,6 +10,7 @@ store.run("order-42").latest().state  # {"step": 3}
 from .checkpoint import ArtifactNotFoundError, Checkpoint
 from .crypto import generate_key
 from .errors import (
+    AccessDeniedError,
     BackendError,
     BudgetExceededError,
     ConfigurationError,
@@ -43,6 +44,7 @@ __version__ = "0.1.0"
 __all__ = [
     "DEFAULT_REDACTOR",
     "NO_REDACTION",
+    "AccessDeniedError",
     "ArtifactNotFoundError",
     "AttemptRecord",
     "BackendError",

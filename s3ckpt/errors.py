@@ -33,6 +33,10 @@ class BackendError(S3ckptError, OSError):
     """The storage backend failed in a way that retrying did not fix."""
 
 
+class AccessDeniedError(BackendError, PermissionError):
+    """The storage or key service refused the caller's credentials (IAM, a bucket or key policy)."""
+
+
 class ObjectNotFoundError(BackendError, FileNotFoundError):
     """An object the caller asked for does not exist."""
 

@@ -108,6 +108,14 @@ def _kms_errors(*, refused: type[S3ckptError], what: str) -> Iterator[None]:
         raise ConfigurationError("kms: keys need an AWS region: pass region= or set AWS_DEFAULT_REGION") from None
     except botocore.exceptions.ClientError as exc:
         code = exc.response.get("Error", {}).get("Code")
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if status == 403 or code in ("AccessDeniedException", "UnrecognizedClientException"):
+            # KMS says the same for a key that did not make this ciphertext and for a caller
+            # that may not use the key: name both, so an IAM problem is not read as "wrong key".
+            raise refused(
+                f"KMS refused to {what} ({code}): the key is not the one it was made with, or the credentials in "
+                "use may not use the key (IAM policy or key policy)"
+            ) from None
         raise refused(f"KMS refused to {what} ({code}); check the key id, its state and IAM") from None
 
 

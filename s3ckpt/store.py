@@ -20,6 +20,7 @@ from .backends import Backend, Match, PutMode, open_backend
 from .blobs import DEFAULT_CHUNKER, BlobStore
 from .crypto import Cipher
 from .errors import (
+    BackendError,
     ConfigurationError,
     DecryptionError,
     IncompatibleSchemaError,
@@ -281,11 +282,16 @@ def _peek_int(raw: bytes, field: str) -> int | None:
     return value if isinstance(value, int) else None
 
 
-def _kms_factory(region: str | None, endpoint_url: str | None) -> Callable[[], Any]:
+def _kms_factory(region: str | None, endpoint_url: str | None, credentials: Any = None) -> Callable[[], Any]:
+    """KMS with the same credentials as the S3 backend (``credentials=``), else the default chain."""
+
     def make() -> Any:
         import boto3
 
-        return boto3.client("kms", region_name=region, endpoint_url=endpoint_url)
+        from .backends._s3 import _botocore_session
+
+        session = boto3.session.Session(botocore_session=_botocore_session(), **dict(credentials or {}))
+        return session.client("kms", region_name=region, endpoint_url=endpoint_url)
 
     return make
 
@@ -302,11 +308,12 @@ def _unwrap(backend: Backend, config: StoreConfig, user_key: UserKey, kms: Calla
             f"to store {every[0].store_id}: the config was replaced. Restore it from a backup.",
             key="config",
         )
+    refusals: list[str] = []
     for keyfile in candidates:
         try:
             return unwrap_master_key(keyfile, user_key, kms_client=kms)
-        except DecryptionError:
-            continue
+        except DecryptionError as exc:
+            refusals.append(str(exc))
     if newer:
         raise IncompatibleSchemaError(
             f"the store at {backend.url} has key files of version {max(newer)}, newer than {KEYFILE_VERSION} which "
@@ -319,6 +326,7 @@ def _unwrap(backend: Backend, config: StoreConfig, user_key: UserKey, kms: Calla
         f"the given {kind} key does not open the store at {backend.url} (tried {len(candidates)} matching key "
         "file(s)). Use a key that was added to this store; `s3ckpt key list` shows which kinds exist, and "
         "`s3ckpt key add` (run with a working key) adds another."
+        + "".join(f" {r}." for r in refusals if r.startswith("KMS"))
     )
 
 
@@ -356,7 +364,11 @@ def open_store(
         commit_attempts=commit_attempts or defaults.commit_attempts,
         redactor=defaults.redactor if redactor is None else redactor,
     )
-    kms = _kms_factory(backend_options.get("region"), kms_endpoint_url or os.environ.get("AWS_ENDPOINT_URL_KMS"))
+    kms = _kms_factory(
+        backend_options.get("region"),
+        kms_endpoint_url or os.environ.get("AWS_ENDPOINT_URL_KMS"),
+        backend_options.get("credentials"),
+    )
     config = _load_config(backend)
     if config is None:
         if not create:
@@ -399,8 +411,12 @@ def _create(
     try:
         backend.put("config", config.model_dump_json().encode(), mode="create")
     except PreconditionFailedError:
-        # Another process created the store first: ours is an orphan key file for no store.
-        backend.delete(f"keys/{keyfile.key_id}")
+        # Another process created the store first: ours is an orphan key file for no store. It is
+        # harmless (opening filters key files by store id), so a worker that may not delete keeps it.
+        try:
+            backend.delete(f"keys/{keyfile.key_id}")
+        except BackendError as exc:
+            log.info("left orphan key file keys/%s of a lost store-creation race: %s", keyfile.key_id, exc)
         winner = _load_config(backend)
         if winner is None:
             raise IntegrityError("config vanished while creating the store", key="config") from None

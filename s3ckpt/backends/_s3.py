@@ -20,6 +20,7 @@ import botocore.loaders
 import botocore.session
 
 from ..errors import (
+    AccessDeniedError,
     BackendError,
     ObjectNotFoundError,
     PreconditionFailedError,
@@ -106,6 +107,11 @@ class S3Backend(Backend):
                 return ObjectNotFoundError(key)
             if status == 409 or status >= 500 or code in ("SlowDown", "RequestTimeout"):
                 return TransientBackendError(f"S3 {code or status} on {key}: safe to retry")
+            if status == 403 or code in ("AccessDenied", "AllAccessDisabled", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
+                return AccessDeniedError(
+                    f"S3 refused access to {self.url}{key} ({code or status}): the credentials in use, or the bucket "
+                    "policy, do not allow it. Check the IAM role (terraform/ has least-privilege ones)."
+                )
             return BackendError(f"S3 {code or status} on {self.url}{key}: {exc}")
         if isinstance(exc, _TRANSIENT_NETWORK):
             return TransientBackendError(f"network error on {key}: {exc}")
