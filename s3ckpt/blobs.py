@@ -26,7 +26,7 @@ from typing import BinaryIO, NamedTuple, cast
 
 from pyfastcdc import FastCDC
 
-from . import _guided, codec
+from . import _boundaries, _guided, codec
 from ._names import BlobId, blob_key, check_blob_id, pack_key
 from .backends import Backend
 from .crypto import ENVELOPE_OVERHEAD, Cipher, Sealer, sealed_size
@@ -276,6 +276,7 @@ class BlobStore:
         finally:
             data.release()
         self.give_buffer(buffer)
+        _boundaries.reached("mid-upload", key)
 
     # -- reading -----------------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from . import codec
+from . import _boundaries, codec
 from ._names import encode_run_id, head_key, log_key, parse_seq, run_prefix
 from .checkpoint import Checkpoint
 from .errors import (
@@ -362,6 +362,7 @@ class Run:
             # A checkpoint at the tail is the new writer's parent, already in hand: no extra read.
             parent = tail.record if tail is not None and tail.record.kind == "checkpoint" else None
             writer = Writer(self, entry, head_etag=head_etag, parent=parent)
+            _boundaries.reached("between-record-and-pointer", str(seq))
             writer._move_head(seq)
             return writer
         raise ConflictError(f"run {self.run_id!r}: could not claim after 64 attempts", run_id=self.run_id, seq=-1)

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import pydantic
 
+from . import _boundaries
 from .errors import (
     BudgetExceededError,
     ConflictError,
@@ -163,6 +164,7 @@ class Session:
         attempt = sum(1 for a in self._attempts if a.step == key)
         self._scopes.append(key + "/")
         self._emitted.append([])
+        _boundaries.reached("step-start", key)
         try:
             result = fn(*args, **kwargs)
             accepted = True if accept is None else bool(accept(result))
@@ -196,6 +198,8 @@ class Session:
         )
         self._counters[scope + "/" + name] += 1
         self._commit()
+        _boundaries.reached("step-committed", key)
+        _boundaries.reached("after-step", key)
         return result
 
     def emit(
@@ -244,6 +248,7 @@ class Session:
             if existing.status == "rolled_back":
                 raise EffectMismatchError(f"{_describe(existing)} was rolled back; emit it under a new idempotency_key")
         self._check_budget(f"effect {kind!r}")
+        _boundaries.reached("before-intent", key)
         stored_payload = None
         if store_payload:
             stored_payload = json_value(
@@ -263,6 +268,7 @@ class Session:
         self._effects[key] = intent
         self._emitted[-1].append(key)
         self._commit()  # the intent is durable before anything leaves this process
+        _boundaries.reached("between-intent-and-send", key)
         try:
             reference = send(key)
         except Exception as exc:
@@ -270,8 +276,10 @@ class Session:
             status: Any = "failed" if failed else "unknown"
             self._settle(key, status, error=f"{type(exc).__name__}: {exc}", by="send")
             raise
-        self._settle(key, "confirmed", reference=json_value(reference, "the reference send returned"), by="send")
-        return self._effects[key].reference
+        reference = json_value(reference, "the reference send returned")
+        self._settle(key, "confirmed", reference=reference, by="send")
+        _boundaries.reached("after-confirm", key)
+        return reference
 
     def spend(self, **amounts: float) -> dict[str, int | float]:
         """Add to the budget spent, per unit (``spend(tokens=1200, usd=0.03)``); saved with every commit."""
@@ -286,6 +294,7 @@ class Session:
         self._check_running()
         checkpoint = self._commit(artifacts=artifacts, meta=meta, force=True)
         assert checkpoint is not None  # forced commits always commit
+        _boundaries.reached("after-checkpoint", str(checkpoint.seq))
         return checkpoint
 
     def close(self) -> None:
@@ -437,7 +446,7 @@ def open_session(
                 on_version_change=on_version_change,
             )
     session = Session(run, writer, checkpoint, reset_steps=reset_steps, budget=budget)
-    _reconcile(session, reconcile or {})
+    _reconcile(session, reconcile if reconcile is not None else {})  # an empty defaultdict still answers
     return session
 
 
@@ -445,8 +454,9 @@ def _reconcile(session: Session, reconcile: Mapping[str, Reconciler]) -> None:
     """Ask the reconcilers about every effect with an intent and no outcome; raise for the rest."""
     unsettled = [e for e in session.effects if e.status in _UNSETTLED]
     for effect in unsettled:
-        decide = reconcile.get(effect.kind)
-        if decide is None:
+        try:
+            decide = reconcile[effect.kind]  # not .get(): a defaultdict answers only through []
+        except KeyError:
             continue
         reference = decide(effect)
         if reference is None:

@@ -17,6 +17,7 @@ import pydantic_core
 from . import codec
 from ._names import decode_run_id, parse_seq
 from .backends import Backend, Match, PutMode, open_backend
+from .backends._retry import RetryingBackend
 from .blobs import DEFAULT_CHUNKER, BlobStore
 from .crypto import Cipher
 from .errors import (
@@ -325,8 +326,7 @@ def _unwrap(backend: Backend, config: StoreConfig, user_key: UserKey, kms: Calla
     raise DecryptionError(
         f"the given {kind} key does not open the store at {backend.url} (tried {len(candidates)} matching key "
         "file(s)). Use a key that was added to this store; `s3ckpt key list` shows which kinds exist, and "
-        "`s3ckpt key add` (run with a working key) adds another."
-        + "".join(f" {r}." for r in refusals if r.startswith("KMS"))
+        "`s3ckpt key add` (run with a working key) adds another." + "".join(f" {r}." for r in refusals if r.startswith("KMS"))
     )
 
 
@@ -357,6 +357,8 @@ def open_store(
         backend = open_backend(url, **backend_options)
     elif backend_options:
         raise ConfigurationError("pass either backend= or backend options, not both")
+    if not isinstance(backend, RetryingBackend):
+        backend = RetryingBackend(backend, attempts=commit_attempts or StoreOptions.commit_attempts)
     defaults = StoreOptions()
     options = StoreOptions(
         concurrency=concurrency or defaults.concurrency,

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pydantic
 
-from . import codec
+from . import _boundaries, codec
 from ._names import head_key
 from .backends import Match, PutMode
 from .blobs import WriteStats, open_source
@@ -194,6 +194,7 @@ class Writer:
             self._next_seq, self._prev = seq + 1, entry.digest
             self._checkpoint_seq, self._parent, self._parent_loaded = seq, record, True
             self.last_stats = upload.stats
+            _boundaries.reached("between-record-and-pointer", str(seq))
             self._move_head(seq)
             return Checkpoint(record, normalized, store.blobs, ledger=stored_ledger)
 

@@ -119,7 +119,7 @@ def test_botocore_retry_hook_in_process(s3ckpt_key: str) -> None:
                 return 0.0  # botocore sleeps 0 s and sends the same PUT again
             return None
 
-        client = store.backend.client  # type: ignore[attr-defined]
+        client = store.backend.inner.client  # type: ignore[attr-defined]
         client.meta.events.register_first("needs-retry.s3.PutObject", force_retry)
         cp = writer.commit({"n": 1})
         assert forced == [1]

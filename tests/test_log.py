@@ -273,7 +273,7 @@ def test_local_directory_is_the_default(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.delenv("S3CKPT_URL", raising=False)
     key = s3ckpt.generate_key()
     with s3ckpt.open_store(key=key) as store:
-        assert isinstance(store.backend, LocalBackend)
+        assert isinstance(store.backend.inner, LocalBackend)  # type: ignore[attr-defined]
         store.run("r").claim().commit({"x": 1})
     assert (tmp_path / ".s3ckpt" / "config").exists()
     monkeypatch.setenv("S3CKPT_KEY", key)

@@ -385,3 +385,19 @@ def test_an_operator_settles_an_unknown_effect(store: s3ckpt.Store) -> None:
     with resume(store) as session:
         assert session.emit("send-email", target="a@example.com", payload="hello", send=provider.send) == "msg-9"
     assert provider.calls == 0
+
+
+def test_a_reconcile_mapping_that_answers_every_kind_is_used_even_when_empty(store: s3ckpt.Store) -> None:
+    """A defaultdict (or any Mapping whose len is 0) still answers: `reconcile or {}` would drop it."""
+    from collections import defaultdict
+
+    def lost(key: str) -> str:
+        raise TimeoutError("no answer")
+
+    with resume(store) as session, pytest.raises(TimeoutError):
+        session.emit("send-email", target="a@example.com", payload="hi", send=lost)
+    asked: list[str] = []
+    every_kind: defaultdict[str, Any] = defaultdict(lambda: lambda effect: asked.append(effect.kind) or "found")
+    with resume(store, reconcile=every_kind) as session:
+        assert session.emit("send-email", target="a@example.com", payload="hi", send=lost) == "found"
+    assert asked == ["send-email"]

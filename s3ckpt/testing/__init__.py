@@ -2,6 +2,26 @@
 fixtures (``s3ckpt.testing.plugin``) for stores on every backend.
 """
 
+from .._boundaries import BOUNDARIES
+from .faulty import FAULTS, FaultyBackend
+from .kill import KillPoint, Outcome, Report, StoreTarget, Trial, kill_and_resume
 from .moto_server import Fault, MotoServer, RequestInfo, RequestLog, make_moto_conditional_writes_atomic
+from .world import World
 
-__all__ = ["Fault", "MotoServer", "RequestInfo", "RequestLog", "make_moto_conditional_writes_atomic"]
+__all__ = [
+    "BOUNDARIES",
+    "FAULTS",
+    "Fault",
+    "FaultyBackend",
+    "KillPoint",
+    "MotoServer",
+    "Outcome",
+    "Report",
+    "RequestInfo",
+    "RequestLog",
+    "StoreTarget",
+    "Trial",
+    "World",
+    "kill_and_resume",
+    "make_moto_conditional_writes_atomic",
+]

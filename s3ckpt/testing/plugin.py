@@ -1,18 +1,28 @@
-"""pytest fixtures: ``moto_server`` (one per session), ``moto_s3`` (a fresh bucket per test), and
-``s3ckpt_key``. moto is imported only when a fixture that needs it runs, so installing s3ckpt
-without its dev extra never breaks a user's pytest.
+"""pytest fixtures: ``moto_server`` (one per session), ``moto_s3`` (a fresh bucket per test),
+``s3ckpt_key``, ``s3ckpt_store`` (a store per backend), ``faulty`` (a backend that fails on
+purpose) and ``kill_and_resume`` (the crash harness, under the test's tmp_path). moto is imported
+only when a fixture that needs it runs, so installing s3ckpt without its dev extra never breaks a
+user's pytest.
 """
 
 from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from ..backends import Backend
 from ..crypto import generate_key
+from ..store import Store, open_store
+from .faulty import FaultyBackend
+from .kill import Report, StoreTarget
+from .kill import kill_and_resume as _kill_and_resume
 from .moto_server import MotoServer
 
 _FAKE_CREDENTIALS = {
@@ -74,3 +84,49 @@ def moto_s3(moto_server: MotoServer) -> Iterator[S3Bucket]:
 @pytest.fixture
 def s3ckpt_key() -> str:
     return generate_key()
+
+
+#: The backends ``s3ckpt_store`` runs on; narrow it with
+#: ``@pytest.mark.parametrize("s3ckpt_store", ["local"], indirect=True)``.
+STORE_BACKENDS = ("memory", "local", "moto")
+
+
+@pytest.fixture(params=STORE_BACKENDS)
+def s3ckpt_store(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, s3ckpt_key: str) -> Iterator[Store]:
+    """A fresh, empty store on each backend: memory, a local directory, and S3 on the moto server."""
+    kind = request.param
+    if kind == "memory":
+        store = open_store(f"memory://s3ckpt-{uuid.uuid4().hex}", key=s3ckpt_key)
+    elif kind == "local":
+        store = open_store(str(tmp_path_factory.mktemp("store") / "s3ckpt"), key=s3ckpt_key)
+    elif kind == "moto":
+        bucket: S3Bucket = request.getfixturevalue("moto_s3")
+        store = open_store(bucket.url, key=s3ckpt_key, endpoint_url=bucket.endpoint_url, region="us-east-1")
+    else:
+        raise ValueError(f"s3ckpt_store runs on {', '.join(STORE_BACKENDS)}, not {kind!r}")
+    with store:
+        yield store
+
+
+@pytest.fixture
+def faulty(request: pytest.FixtureRequest) -> Callable[..., FaultyBackend]:
+    """Wrap a backend in faults: ``open_store(backend=faulty(inner, rate=0.2))``. Seeded from the
+    test's name unless ``seed=`` is given, so a failure reproduces."""
+
+    def make(inner: Backend, *, rate: float = 0.2, seed: int | None = None, **options: Any) -> FaultyBackend:
+        if seed is None:
+            seed = zlib.crc32(request.node.nodeid.encode())
+        return FaultyBackend(inner, rate=rate, seed=seed, **options)
+
+    return make
+
+
+@pytest.fixture
+def kill_and_resume(tmp_path: Path) -> Callable[..., Report]:
+    """``kill_and_resume(workload, store_target, ...)`` working under the test's tmp_path."""
+
+    def run(workload: Any, store: StoreTarget, **options: Any) -> Report:
+        options.setdefault("workdir", tmp_path / "kill-and-resume")
+        return _kill_and_resume(workload, store, **options)
+
+    return run
