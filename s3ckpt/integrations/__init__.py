@@ -1,0 +1,2 @@
+"""Integrations of s3ckpt with other frameworks; each lives in its own module and needs its extra
+(``pip install "s3ckpt[langgraph]"`` for :mod:`s3ckpt.integrations.langgraph`)."""
