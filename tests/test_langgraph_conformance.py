@@ -6,10 +6,7 @@ import asyncio
 from collections.abc import AsyncGenerator
 from pathlib import Path
 
-import pytest
-
-pytest.importorskip("langgraph.checkpoint.conformance")
-
+# No importorskip: the dev extra installs LangGraph, and a missing install must fail, not skip.
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.capabilities import BASE_CAPABILITIES, EXTENDED_CAPABILITIES
 from langgraph.checkpoint.conformance.report import CapabilityReport, ProgressCallbacks
