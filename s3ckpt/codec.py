@@ -135,6 +135,29 @@ def decode_head(cipher: Cipher, sealed: bytes, *, run_id: str, key: str) -> Head
     return _validate(HeadPointer, plain, key)
 
 
+#: Kinds that s3ckpt itself seals; :func:`seal_document` refuses them.
+_CORE_KINDS = frozenset({"log", "head", "blob", "config", "keyfile"})
+
+
+def seal_document(cipher: Cipher, kind: str, name: str, document: bytes) -> bytes:
+    """Seal ``document`` (opaque bytes, compressed when that helps) as an object of ``kind`` named
+    ``name``: the associated data binds the store, the kind and the name, so the object opens only
+    as that kind and name (for objects an integration keeps beside a run's log)."""
+    if kind in _CORE_KINDS or not kind:
+        raise ValueError(f"seal_document: kind {kind!r} is reserved or empty")
+    flag, payload = compress(document)
+    return cipher.seal(kind, name, payload, flag=flag)
+
+
+def open_document(cipher: Cipher, kind: str, name: str, sealed: bytes, *, key: str, limit: int = _MAX_RECORD) -> bytes:
+    """The document :func:`seal_document` sealed as ``kind`` and ``name``; IntegrityError if the
+    object was sealed as anything else, altered, or decompresses beyond ``limit`` bytes."""
+    if kind in _CORE_KINDS or not kind:
+        raise ValueError(f"open_document: kind {kind!r} is reserved or empty")
+    flag, payload = cipher.open(kind, name, sealed, key=key)
+    return bytes(decompress(flag, payload, limit=limit, where=key))
+
+
 def _validate(model: type[_M], plain: bytes, key: str) -> _M:
     current = RECORD_SCHEMA_VERSION if model is CommitRecord else HEAD_SCHEMA_VERSION
     version = _peek_version(plain)

@@ -15,8 +15,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("langgraph.checkpoint.base")
-
+# No importorskip: the dev extra installs LangGraph, and a missing install must fail, not skip.
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import Checkpoint, CheckpointMetadata, CheckpointTuple
 
@@ -197,3 +196,177 @@ def test_pickle_is_refused(tmp_path: Path) -> None:
 
         with pytest.raises((s3ckpt.InvalidArtifactError, TypeError)):
             saver.put(config, _checkpoint("1", {"x": Opaque()}, {"x": 1}), md, {"x": 1})
+
+
+def _keys(store: s3ckpt.Store, thread: str, part: str) -> list[str]:
+    from s3ckpt._names import run_prefix
+
+    prefix = run_prefix(run_id_for(thread, "")) + part
+    return [info.key for info in store.backend.list(prefix)]
+
+
+def test_pending_writes_live_beside_the_log_and_another_saver_sees_them(tmp_path: Path) -> None:
+    from langgraph.checkpoint.serde.types import ERROR
+
+    with _store(tmp_path) as store:
+        writer, reader = S3ckptSaver(store), S3ckptSaver(store)
+        md: CheckpointMetadata = {"source": "loop", "step": 0, "parents": {}}
+        config: RunnableConfig = {"configurable": {"thread_id": "w", "checkpoint_ns": ""}}
+        config = writer.put(config, _checkpoint("1", {"x": 1}, {"x": 1}), md, {"x": 1})
+        writer.put_writes(config, [("a", 1), ("b", "two")], "task")
+        writer.put_writes(config, [("a", 9)], "task")  # a repeat of (task, 0): the first wins
+        writer.put_writes(config, [(ERROR, "first")], "task")
+        # put_writes takes no log position: the log holds the one put record.
+        assert len(_keys(store, "w", "log/")) == 1
+        assert len(_keys(store, "w", "writes/")) == 2
+        seen = reader.get_tuple({"configurable": {"thread_id": "w", "checkpoint_ns": ""}})
+        assert seen is not None
+        assert sorted(seen.pending_writes or []) == sorted([("task", "a", 1), ("task", "b", "two"), ("task", ERROR, "first")])
+        # A special channel overwrites, and a reader that already loaded the thread sees the change.
+        time.sleep(0.01)
+        writer.put_writes(config, [(ERROR, "second")], "task")
+        writer.put_writes(config, [("c", 3)], "other")
+        seen = reader.get_tuple({"configurable": {"thread_id": "w", "checkpoint_ns": ""}})
+        assert seen is not None
+        assert sorted(seen.pending_writes or []) == sorted(
+            [("task", "a", 1), ("task", "b", "two"), ("task", ERROR, "second"), ("other", "c", 3)]
+        )
+        # The log's next seq is still free: the writer's next put commits without a conflict.
+        writer.put(config, _checkpoint("2", {"x": 2}, {"x": 2}), md, {"x": 2})
+
+
+def test_put_writes_does_not_wait_for_a_put_in_flight(tmp_path: Path) -> None:
+    with _store(tmp_path) as store:
+        saver = S3ckptSaver(store)
+        md: CheckpointMetadata = {"source": "loop", "step": 0, "parents": {}}
+        config: RunnableConfig = {"configurable": {"thread_id": "o", "checkpoint_ns": ""}}
+        config = saver.put(config, _checkpoint("1", {"x": 1}, {"x": 1}), md, {"x": 1})
+        lg = saver._log_of("o", "")
+        with lg.commit:  # what a put holds while its record's PUT is on the wire
+            worker = threading.Thread(target=saver.put_writes, args=(config, [("a", 1)], "task"))
+            worker.start()
+            worker.join(timeout=10)
+            assert not worker.is_alive(), "put_writes waited for the put"
+        got = saver.get_tuple(config)
+        assert got is not None
+        assert got.pending_writes == [("task", "a", 1)]
+
+
+def test_prune_and_delete_remove_writes_objects(tmp_path: Path) -> None:
+    with _store(tmp_path) as store:
+        saver = S3ckptSaver(store)
+        md: CheckpointMetadata = {"source": "loop", "step": 0, "parents": {}}
+        config: RunnableConfig = {"configurable": {"thread_id": "p", "checkpoint_ns": ""}}
+        first = saver.put(config, _checkpoint("1", {"x": 1}, {"x": 1}), md, {"x": 1})
+        saver.put_writes(first, [("a", 1)], "t1")
+        second = saver.put(first, _checkpoint("2", {"x": 2}, {"x": 2}), md, {"x": 2})
+        saver.put_writes(second, [("a", 2)], "t2")
+        assert len(_keys(store, "p", "writes/")) == 2
+        saver.prune(["p"])
+        assert len(_keys(store, "p", "writes/")) == 1
+        fresh = S3ckptSaver(store)
+        assert [t.checkpoint["id"] for t in _chain(fresh, "p")] == ["2"]
+        latest = fresh.get_tuple(config)
+        assert latest is not None
+        assert latest.pending_writes == [("t2", "a", 2)]
+        saver.delete_thread("p")
+        assert _keys(store, "p", "writes/") == []
+        assert S3ckptSaver(store).get_tuple(config) is None
+
+
+def test_graph_on_s3_costs_at_most_two_requests_per_super_step(moto_s3: S3Bucket) -> None:
+    with s3ckpt.open_store(moto_s3.url, key=s3ckpt.generate_key(), endpoint_url=moto_s3.endpoint_url) as store:
+        saver = S3ckptSaver(store)
+        app = build(saver)
+        app.invoke({"n": 1, "visited": []}, {"configurable": {"thread_id": "warm"}})
+        log = moto_s3.server.log
+        log.reset()
+        out = app.invoke({"n": 1, "visited": []}, {"configurable": {"thread_id": "steps"}})
+        requests = log.total
+        assert out == {"n": 31, "visited": ["a", "b", "c", "d"]}
+        steps = len(_chain(S3ckptSaver(store), "steps"))
+        assert steps == 6
+        assert requests <= 2 * steps, f"{requests} requests for {steps} super-steps"
+
+
+def test_sealed_documents_open_only_as_their_kind_and_name(tmp_path: Path) -> None:
+    from s3ckpt import codec
+
+    with _store(tmp_path) as store:
+        cipher = store.cipher
+        sealed = codec.seal_document(cipher, "langgraph-writes", "a/b", b"{}" * 500)
+        assert codec.open_document(cipher, "langgraph-writes", "a/b", sealed, key="k") == b"{}" * 500
+        with pytest.raises(s3ckpt.IntegrityError):
+            codec.open_document(cipher, "langgraph-writes", "a/c", sealed, key="k")
+        with pytest.raises(s3ckpt.IntegrityError):
+            codec.open_document(cipher, "other", "a/b", sealed, key="k")
+        with pytest.raises(s3ckpt.IntegrityError):
+            codec.open_document(cipher, "langgraph-writes", "a/b", sealed, key="k", limit=10)
+        for reserved in ("log", "head", "blob", ""):
+            with pytest.raises(ValueError):
+                codec.seal_document(cipher, reserved, "a/b", b"x")
+
+
+def test_writes_ride_in_the_next_put_while_puts_are_under_way(tmp_path: Path) -> None:
+    """LangGraph's async durability: a task's put_writes arrives while the put chain is busy; its
+    writes are committed in the record of the next put whose parent is their checkpoint."""
+    with _store(tmp_path) as store:
+        saver = S3ckptSaver(store)
+        md: CheckpointMetadata = {"source": "loop", "step": 0, "parents": {}}
+        config: RunnableConfig = {"configurable": {"thread_id": "r", "checkpoint_ns": ""}}
+        first = saver.put(config, _checkpoint("1", {"x": 1}, {"x": 1}), md, {"x": 1})
+        lg = saver._log_of("r", "")
+        with lg.lock:
+            lg.puts_active += 1  # a put of the run is under way
+        worker = threading.Thread(target=saver.put_writes, args=(first, [("a", 1), ("b", 2)], "task"))
+        worker.start()
+        deadline = time.monotonic() + 10
+        while not lg.waiting:
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        second = saver.put(first, _checkpoint("2", {"x": 2}, {"x": 2}), md, {"x": 2})
+        worker.join(timeout=10)
+        assert not worker.is_alive()
+        with lg.lock:
+            lg.puts_active -= 1
+        assert _keys(store, "r", "writes/") == []  # no writes object: they rode in the record
+        assert len(_keys(store, "r", "log/")) == 2
+        for reader in (saver, S3ckptSaver(store)):
+            got = reader.get_tuple(first)
+            assert got is not None
+            assert got.pending_writes == [("task", "a", 1), ("task", "b", 2)]
+        # Removing the record that carries them keeps the writes of the checkpoint that stays.
+        fresh = S3ckptSaver(store)
+        lg2 = fresh._log_of("r", "")
+        with lg2.commit, lg2.lock:
+            fresh._sync(lg2)
+            fresh._forget(lg2, {lg2.puts["2"]}, set())
+        assert len(_keys(store, "r", "writes/")) == 1
+        got = S3ckptSaver(store).get_tuple(first)
+        assert got is not None
+        assert got.pending_writes == [("task", "a", 1), ("task", "b", 2)]
+        assert S3ckptSaver(store).get_tuple(second) is None
+
+
+def test_writes_are_written_alone_when_no_put_comes(tmp_path: Path) -> None:
+    with _store(tmp_path) as store:
+        saver = S3ckptSaver(store)
+        md: CheckpointMetadata = {"source": "loop", "step": 0, "parents": {}}
+        config: RunnableConfig = {"configurable": {"thread_id": "q", "checkpoint_ns": ""}}
+        first = saver.put(config, _checkpoint("1", {"x": 1}, {"x": 1}), md, {"x": 1})
+        lg = saver._log_of("q", "")
+        with lg.lock:
+            lg.puts_active += 1
+        worker = threading.Thread(target=saver.put_writes, args=(first, [("a", 1)], "task"))
+        worker.start()
+        time.sleep(0.1)
+        assert worker.is_alive()  # waiting for the put under way
+        with lg.lock:
+            lg.puts_active -= 1  # the puts stop: it writes its object
+            lg.changed.notify_all()
+        worker.join(timeout=10)
+        assert not worker.is_alive()
+        assert len(_keys(store, "q", "writes/")) == 1
+        got = S3ckptSaver(store).get_tuple(first)
+        assert got is not None
+        assert got.pending_writes == [("task", "a", 1)]

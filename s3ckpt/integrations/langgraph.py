@@ -1,12 +1,16 @@
 """A LangGraph checkpointer on s3ckpt: ``S3ckptSaver(store)`` (docs/langgraph.md).
 
 Each (thread_id, checkpoint_ns) is one s3ckpt run, ``langgraph/<thread>/<ns>`` (both parts
-percent-encoded, so the run id parses back). Every operation that changes the thread is one record
-of that run's log, created with create-if-absent at the next sequence number after the last record
-this saver observed: ``put`` (a checkpoint), ``put_writes`` (a task's pending writes), and the
-markers of ``prune``/``delete_for_runs`` (``forget``) and ``delete_thread`` (``drop``). If another
-writer appended since this saver last read the thread, the sequence number is taken and the call
-raises :class:`s3ckpt.ConflictError`: two graphs (processes, or savers) cannot fork one thread.
+percent-encoded, so the run id parses back). Every checkpoint (``put``) and the markers of
+``prune``/``delete_for_runs`` (``forget``) and ``delete_thread`` (``drop``) are records of that
+run's log, created with create-if-absent at the next sequence number after the last record this
+saver observed. If another writer appended since this saver last read the thread, the sequence
+number is taken and the call raises :class:`s3ckpt.ConflictError`: two graphs (processes, or
+savers) cannot fork one thread. A ``put_writes`` call is one sealed object beside the log,
+``runs/<run>/writes/<checkpoint>/<task>/<indexes>``, created with create-if-absent (overwritten
+when it holds special channels): it takes no log position, so it overlaps the next ``put``. While
+puts of the run are under way (LangGraph's async durability), a ``put_writes`` instead waits for
+the put whose parent is its checkpoint and rides in that put's record (``pw``).
 
 Channel values are serialized with the saver's ``serde`` (LangGraph's JsonPlusSerializer, pickle
 fallback off). A small value is stored in the record; a large one is an artifact of the record,
@@ -19,9 +23,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import builtins
+import hashlib
+import json
 import random
 import secrets
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -44,9 +51,18 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-from .._names import log_key
+from .. import codec
+from .._names import encode_run_id, log_key, parse_seq, run_prefix
 from ..blobs import Upload
-from ..errors import ConflictError, FencedError, IntegrityError, InvalidArtifactError, RunDeletedError
+from ..errors import (
+    ConflictError,
+    FencedError,
+    IntegrityError,
+    InvalidArtifactError,
+    ObjectNotFoundError,
+    PreconditionFailedError,
+    RunDeletedError,
+)
 from ..log import Entry, Run
 from ..records import RECORD_SCHEMA_VERSION, ChunkRef, CommitRecord, Manifest
 from ..store import Store
@@ -59,6 +75,8 @@ RUN_PREFIX = "langgraph/"
 DEFAULT_INLINE_LIMIT = 4096
 #: Runs whose index a saver keeps in memory (least recently used are dropped).
 _MAX_CACHED_RUNS = 4096
+#: The kind a writes object is sealed as (docs/langgraph.md, "Pending writes").
+WRITES_KIND = "langgraph-writes"
 
 _Ref = dict[str, Any]
 
@@ -92,6 +110,59 @@ def _ranges(seqs: Iterable[int]) -> list[list[int]]:
     return out
 
 
+def _segment(text: str) -> str:
+    """A key segment for a checkpoint or task id (injective; "~" alone for the empty string,
+    which no escaped name can be)."""
+    return encode_run_id(text) if text else "~"
+
+
+def _idx_name(idxs: Sequence[int]) -> str:
+    name = "_".join(str(i) for i in idxs)
+    return name if len(name) <= 64 else "h" + hashlib.sha256(name.encode()).hexdigest()
+
+
+def writes_key(run_id: str, checkpoint_id: str, task_id: str, idxs: Sequence[int]) -> str:
+    """The key of the writes object of one ``put_writes`` call (its writes' indexes, in order)."""
+    return f"{run_prefix(run_id)}writes/{_segment(checkpoint_id)}/{_segment(task_id)}/{_idx_name(idxs)}"
+
+
+@dataclass(frozen=True)
+class _Writes:
+    """One writes object: the writes of one put_writes call of a task on a checkpoint."""
+
+    key: str
+    checkpoint_id: str
+    task: str
+    path: str
+    #: [idx, channel, ref] for each write
+    w: builtins.list[builtins.list[Any]]
+    artifacts: dict[str, Manifest]
+    #: when it was written (time_ns), the order in which writes of one (task, idx) apply
+    t: int
+    etag: str | None = None
+
+
+@dataclass
+class _Waiting:
+    """A put_writes call waiting to ride in the record of the next put whose parent is its checkpoint."""
+
+    checkpoint_id: str
+    #: None while the put_writes call is still serializing its values
+    wo: _Writes | None = None
+    #: set by the put that took it, once its record is committed (stored) or failed (not stored)
+    finished: bool = False
+    stored: bool = False
+
+
+#: How long a waiting put_writes gives LangGraph to start the next put once none is under way.
+_WAIT_GRACE = 0.02
+#: At most this many put_writes calls of a run wait at once (each holds one of LangGraph's
+#: executor threads, which a fan-out's tasks need too); the others write alone at once.
+_MAX_RIDERS = 3
+#: Longest a put_writes waits for a put to carry its writes.
+_WAIT_MAX = 5.0
+
+
 @dataclass
 class _Log:
     """What a saver knows of one run: its live records, indexed, and the last record observed
@@ -100,18 +171,45 @@ class _Log:
     run: Run
     thread_id: str
     ns: str
+    #: guards this index; held briefly (put_writes takes only this one)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: taken before ``lock`` by whatever moves the log position (put, reads of the log, deletion,
+    #: copies); held across a record's PUT, while ``lock`` is released for it
+    commit: threading.Lock = field(default_factory=threading.Lock)
     loaded: bool = False
     tail: Entry | None = None
-    #: live put and writes records by seq
+    #: live put records by seq
     records: dict[int, CommitRecord] = field(default_factory=dict)
     #: checkpoint id -> seq of its put record
     puts: dict[str, int] = field(default_factory=dict)
-    #: checkpoint id -> seqs of its writes records, in log order
-    writes: dict[str, list[int]] = field(default_factory=dict)
+    #: writes objects by key
+    wobjs: dict[str, _Writes] = field(default_factory=dict)
+    #: checkpoint id -> keys of its writes objects
+    writes: dict[str, set[str]] = field(default_factory=dict)
     #: (channel, version) -> (seq of a put record storing it, its ref)
     values: dict[tuple[str, str], tuple[int, _Ref]] = field(default_factory=dict)
     forgotten: set[int] = field(default_factory=set)
+    #: put calls under way (entered, maybe waiting for ``commit``)
+    puts_active: int = 0
+    #: checkpoint id -> artifacts of its put while the record's PUT is under way (so writes of
+    #: that checkpoint reuse its chunks, as they would once it is committed)
+    inflight: dict[str, dict[str, Manifest]] = field(default_factory=dict)
+    #: checkpoint id -> put_writes calls of it uploading large values (its child put waits for
+    #: them, to reuse their chunks as it would have in order)
+    uploading: dict[str, int] = field(default_factory=dict)
+    #: when the last put ended (time.monotonic)
+    last_put_end: float = 0.0
+    #: put_writes calls waiting to ride in the next put's record
+    waiting: builtins.list[_Waiting] = field(default_factory=list)
+    #: parent ids of the puts applied (a checkpoint listed here has its child: no put will
+    #: carry its writes any more)
+    parents: set[str] = field(default_factory=set)
+    #: notified (on ``lock``) when a put ends or a waiting put_writes is finished
+    changed: threading.Condition = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.changed = threading.Condition(self.lock)
+
     digests: dict[int, str] = field(default_factory=dict)
 
 
@@ -164,13 +262,102 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
         artifacts[name] = upload.write(data, previous=previous)
         return {"t": type_, "a": name}
 
-    def _value(self, record: CommitRecord, ref: _Ref) -> Any:
+    def _value(self, where: str, artifacts: Mapping[str, Manifest], ref: _Ref) -> Any:
         if "b" in ref:
             return self._load(ref["t"], base64.b64decode(ref["b"]))
-        manifest = record.artifacts.get(ref["a"])
+        manifest = artifacts.get(ref["a"])
         if manifest is None:
-            raise IntegrityError(f"run {record.run_id!r}@{record.seq}: value {ref['a']!r} has no manifest")
+            raise IntegrityError(f"{where}: value {ref['a']!r} has no manifest")
         return self._load(ref["t"], self.store.blobs.read_all(manifest))
+
+    @staticmethod
+    def _record_value_where(record: CommitRecord) -> str:
+        return f"run {record.run_id!r}@{record.seq}"
+
+    # -- writes objects ------------------------------------------------------------------------
+
+    @staticmethod
+    def _writes_name(key: str) -> str:
+        return key[len("runs/") :]
+
+    def _seal_writes(self, run_id: str, wo: _Writes) -> bytes:
+        document = {
+            "lg": 1,
+            "run": run_id,
+            "id": wo.checkpoint_id,
+            "task": wo.task,
+            "path": wo.path,
+            "w": wo.w,
+            "t": wo.t,
+            "a": {name: m.model_dump(mode="json") for name, m in wo.artifacts.items()},
+        }
+        return codec.seal_document(self.store.cipher, WRITES_KIND, self._writes_name(wo.key), json.dumps(document).encode())
+
+    def _open_writes(self, run_id: str, key: str, sealed: bytes, etag: str | None) -> _Writes:
+        plain = codec.open_document(self.store.cipher, WRITES_KIND, self._writes_name(key), sealed, key=key)
+        try:
+            doc = json.loads(plain)
+            wo = _Writes(
+                key=key,
+                checkpoint_id=str(doc["id"]),
+                task=str(doc["task"]),
+                path=str(doc["path"]),
+                w=[[int(idx), str(channel), dict(ref)] for idx, channel, ref in doc["w"]],
+                artifacts={str(n): Manifest.model_validate_json(json.dumps(m)) for n, m in doc["a"].items()},
+                t=int(doc["t"]),
+                etag=etag,
+            )
+            run = doc["run"]
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
+            raise IntegrityError(f"{key} is not a valid LangGraph writes object: {exc}", key=key) from None
+        if run != run_id or writes_key(run_id, wo.checkpoint_id, wo.task, [w[0] for w in wo.w]) != key:
+            raise IntegrityError(f"{key} holds the writes of another run, checkpoint or task", key=key)
+        return wo
+
+    def _fetch_writes(self, run_id: str, infos: Sequence[tuple[str, str | None]]) -> builtins.list[_Writes]:
+        def one(key: str, etag: str | None) -> _Writes | None:
+            try:
+                got = self.store.backend.get(key)
+            except ObjectNotFoundError:
+                return None
+            return self._open_writes(run_id, key, got.data, got.etag or etag)
+
+        futures = [self.store.pool.submit(one, key, etag) for key, etag in infos]
+        return [wo for wo in (f.result() for f in futures) if wo is not None]
+
+    @staticmethod
+    def _add_writes(lg: _Log, wo: _Writes) -> None:
+        old = lg.wobjs.get(wo.key)
+        if old is not None and old.checkpoint_id != wo.checkpoint_id:
+            lg.writes.get(old.checkpoint_id, set()).discard(wo.key)
+        lg.wobjs[wo.key] = wo
+        lg.writes.setdefault(wo.checkpoint_id, set()).add(wo.key)
+
+    @staticmethod
+    def _objects(keys: Iterable[str]) -> set[str]:
+        """The keys of writes objects among index keys (writes carried in a put record are "@seq/i")."""
+        return {k for k in keys if not k.startswith("@")}
+
+    @staticmethod
+    def _remove_writes(lg: _Log, key: str) -> None:
+        old = lg.wobjs.pop(key, None)
+        if old is not None:
+            keys = lg.writes.get(old.checkpoint_id)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del lg.writes[old.checkpoint_id]
+
+    def _store_writes(self, lg: _Log, wo: _Writes) -> _Writes | None:
+        """Write a writes object: create-if-absent when all its indexes are regular (a repeat is a
+        no-op: None), overwrite when it holds a special channel (those overwrite)."""
+        data = self._seal_writes(lg.run.run_id, wo)
+        special = any(idx < 0 for idx, _, _ in wo.w)
+        try:
+            result = self.store.backend.put(wo.key, data, mode="overwrite" if special else "create")
+        except PreconditionFailedError:
+            return None
+        return _Writes(wo.key, wo.checkpoint_id, wo.task, wo.path, wo.w, wo.artifacts, wo.t, result.etag)
 
     # -- the log of a run ----------------------------------------------------------------------
 
@@ -183,7 +370,7 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
                 self._logs[run_id] = lg
                 if len(self._logs) > _MAX_CACHED_RUNS:
                     for key, old in builtins.list(self._logs.items())[: len(self._logs) - _MAX_CACHED_RUNS]:
-                        if not old.lock.locked():
+                        if not old.lock.locked() and not old.commit.locked():
                             del self._logs[key]
             else:
                 self._logs.move_to_end(run_id)
@@ -194,20 +381,37 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
         return [entry for entry in (f.result() for f in futures) if entry is not None]
 
     def _sync(self, lg: _Log) -> None:
-        """Read the records appended since this saver last looked (all of them the first time).
-        One GET when nothing is new; a LIST the first time and when something is."""
+        """Read what changed since this saver last looked (everything the first time): one LIST of
+        the run's prefix (``log/`` and ``writes/``), then the new records and the new or changed
+        writes objects, in parallel. Writes objects no longer listed (pruned) are dropped."""
         run = lg.run
-        if lg.loaded:
-            nxt = lg.tail.record.seq + 1 if lg.tail is not None else 0
-            first = run._load(nxt)
-            if first is None:
-                return
-            entries = [first, *self._fetch(run, [s for s in run._listed_seqs() if s > nxt])]
-        else:
-            entries = self._fetch(run, run._listed_seqs())
-            lg.loaded = True
+        prefix = run_prefix(run.run_id)
+        seqs: builtins.list[int] = []
+        listed: dict[str, str | None] = {}
+        for info in self.store.backend.list(prefix):
+            rest = info.key[len(prefix) :]
+            if rest.startswith("log/"):
+                seq = parse_seq(rest[len("log/") :])
+                if seq is not None:
+                    seqs.append(seq)
+            elif rest.startswith("writes/"):
+                listed[info.key] = info.etag
+        after = lg.tail.record.seq if lg.loaded and lg.tail is not None else -1
+        wanted = [
+            (key, etag)
+            for key, etag in listed.items()
+            if key not in lg.wobjs or (etag is not None and lg.wobjs[key].etag != etag)
+        ]
+        futures = [self.store.pool.submit(run._load, s) for s in sorted(seqs) if s > after]
+        found = self._fetch_writes(run.run_id, wanted)
+        entries = [e for e in (f.result() for f in futures) if e is not None]
+        lg.loaded = True
         for entry in sorted(entries, key=lambda e: e.record.seq):
             self._apply(lg, entry)
+        for key in [k for k in self._objects(lg.wobjs) if k not in listed]:
+            self._remove_writes(lg, key)
+        for wo in found:
+            self._add_writes(lg, wo)
 
     def _apply(self, lg: _Log, entry: Entry) -> None:
         record = entry.record
@@ -227,6 +431,7 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
             lg.records.clear()
             lg.puts.clear()
             lg.writes.clear()
+            lg.wobjs.clear()
             lg.values.clear()
             lg.forgotten.clear()
             lg.digests = {seq: entry.digest}
@@ -237,11 +442,13 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
         if op == "put":
             lg.records[seq] = record
             lg.puts[state["id"]] = seq
+            if state["parent"] is not None:
+                lg.parents.add(state["parent"])
             for channel, ref in state["ch"].items():
                 lg.values[(channel, _version_key(ref["v"]))] = (seq, ref)
-        elif op == "writes":
-            lg.records[seq] = record
-            lg.writes.setdefault(state["id"], []).append(seq)
+            for i, (task, path, t, w) in enumerate(state.get("pw") or ()):
+                # pending writes of the parent checkpoint, carried by this record
+                self._add_writes(lg, _Writes(f"@{seq}/{i}", state["parent"], task, path, w, {}, t))
         elif op == "forget":
             for first, last in state["seqs"]:
                 for gone in range(first, last + 1):
@@ -257,11 +464,13 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
         cid: str = state["id"]
         if state["op"] == "put" and lg.puts.get(cid) == seq:
             del lg.puts[cid]
-        elif state["op"] == "writes" and cid in lg.writes:
-            lg.writes[cid] = [s for s in lg.writes[cid] if s != seq]
+        for i in range(len(state.get("pw") or ())):
+            S3ckptSaver._remove_writes(lg, f"@{seq}/{i}")
 
     def _append(self, lg: _Log, state: dict[str, Any], artifacts: Mapping[str, Manifest], *, drop: bool = False) -> Entry:
-        """Commit ``state`` at the seq after the last record observed; ConflictError if taken."""
+        """Commit ``state`` at the seq after the last record observed; ConflictError if taken.
+        Call holding ``lg.commit`` and ``lg.lock``; ``lg.lock`` is released during the PUT (the
+        position cannot move meanwhile: everything that moves it holds ``lg.commit``)."""
         tail = lg.tail
         seq = tail.record.seq + 1 if tail is not None else 0
         epoch = tail.record.epoch if tail is not None else 1
@@ -280,7 +489,11 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
             artifacts=dict(artifacts),
             meta={"langgraph": state["op"]},
         )
-        entry, ours = lg.run._put_record(record)
+        lg.lock.release()
+        try:
+            entry, ours = lg.run._put_record(record)
+        finally:
+            lg.lock.acquire()
         if not ours:
             raise self._conflict(lg, record, entry.record)
         self._apply(lg, entry)
@@ -306,11 +519,13 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
         """The chunks of a checkpoint and of its writes (reused, not uploaded again), and its record."""
         known: dict[str, ChunkRef] = {}
         parent = lg.records.get(lg.puts[checkpoint_id]) if checkpoint_id in lg.puts else None
-        records = [parent] if parent is not None else []
-        records += [lg.records[s] for s in lg.writes.get(checkpoint_id or "", []) if s in lg.records]
-        for record in records:
-            for manifest in record.artifacts.values():
-                known.update((c.id, c) for c in manifest.chunks)
+        manifests = builtins.list(parent.artifacts.values()) if parent is not None else []
+        if parent is None and checkpoint_id in lg.inflight:
+            manifests += lg.inflight[checkpoint_id].values()
+        for key in lg.writes.get(checkpoint_id or "", ()):
+            manifests += lg.wobjs[key].artifacts.values()
+        for manifest in manifests:
+            known.update((c.id, c) for c in manifest.chunks)
         return known, parent
 
     def _find(self, lg: _Log, parent: CommitRecord | None, channel: str, version: Any) -> tuple[_Ref, Manifest | None] | None:
@@ -339,15 +554,40 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
     def put(
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
     ) -> RunnableConfig:
-        thread_id, ns, parent_id = self._where(config)
+        thread_id, ns, _ = self._where(config)
         body: dict[str, Any] = dict(checkpoint)
         values: dict[str, Any] = body.pop("channel_values", None) or {}
         typed_checkpoint = self._dump_inline(body)
         typed_metadata = self._dump_inline(get_checkpoint_metadata(config, metadata))
         lg = self._log_of(thread_id, ns)
         with lg.lock:
+            lg.puts_active += 1
+        try:
+            return self._put(lg, config, checkpoint, new_versions, values, typed_checkpoint, typed_metadata)
+        finally:
+            with lg.lock:
+                lg.puts_active -= 1
+                lg.last_put_end = time.monotonic()
+                lg.changed.notify_all()
+
+    def _put(
+        self,
+        lg: _Log,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        new_versions: ChannelVersions,
+        values: dict[str, Any],
+        typed_checkpoint: builtins.list[str],
+        typed_metadata: builtins.list[str],
+    ) -> RunnableConfig:
+        thread_id, ns, parent_id = self._where(config)
+        taken: builtins.list[_Waiting] = []
+        with lg.commit, lg.lock:
             if not lg.loaded:
                 self._sync(lg)
+            deadline = time.monotonic() + _WAIT_MAX
+            while parent_id is not None and lg.uploading.get(parent_id) and time.monotonic() < deadline:
+                lg.changed.wait(0.1)  # large writes of the parent: reuse their chunks
             known, parent = self._known(lg, parent_id)
             parent_artifacts = parent.artifacts if parent is not None else {}
             refs: dict[str, _Ref] = {}
@@ -382,7 +622,21 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
                 "metadata": typed_metadata,
                 "ch": refs,
             }
-            self._append(lg, state, artifacts)
+            # put_writes calls waiting for this record: the pending writes of its parent ride in it
+            taken = self._take(lg, parent_id)
+            if taken:
+                state["pw"] = [[w.wo.task, w.wo.path, w.wo.t, w.wo.w] for w in taken if w.wo is not None]
+            lg.inflight[checkpoint["id"]] = artifacts
+            lg.changed.notify_all()
+            try:
+                self._append(lg, state, artifacts)
+                for w in taken:
+                    w.stored = True
+            finally:
+                lg.inflight.pop(checkpoint["id"], None)
+                for w in taken:
+                    w.finished = True
+                lg.changed.notify_all()
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}}
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
@@ -390,46 +644,160 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
         if checkpoint_id is None:
             raise ValueError("put_writes needs the checkpoint_id of the checkpoint the writes belong to")
         lg = self._log_of(thread_id, ns)
+        # No log position and no read: the writes object is created beside the log, so this can
+        # run while the next put commits (LangGraph's async durability submits both at once).
+        me: _Waiting | None = None
         with lg.lock:
-            if not lg.loaded:
-                self._sync(lg)
-            # No read otherwise: if another writer appended since this saver last read the thread
-            # (this graph's put may have lost to it), the append below finds its seq taken.
             stored = {(task, idx) for task, _, idx, _, _, _ in self._pending(lg, checkpoint_id)}
             known, _ = self._known(lg, checkpoint_id)
-            entries: list[list[Any]] = []
-            artifacts: dict[str, Manifest] = {}
-            upload = self.store.blobs.begin(known)
-            try:
-                for i, (channel, value) in enumerate(writes):
-                    idx = WRITES_IDX_MAP.get(channel, i)
-                    if idx >= 0 and (task_id, idx) in stored:
-                        continue  # idempotent: a task's write at a regular index is stored once
-                    entries.append([idx, channel, self._stash(upload, artifacts, f"w/{idx}", value, None)])
-                upload.finish()
-            except BaseException:
-                upload.abort()
-                raise
-            if not entries:
-                return
-            state = {"lg": 1, "op": "writes", "id": checkpoint_id, "task": task_id, "path": task_path, "w": entries}
-            self._append(lg, state, artifacts)
+            busy = lg.puts_active > 0 or time.monotonic() - lg.last_put_end < _WAIT_GRACE
+            if busy and checkpoint_id not in lg.parents and len(lg.waiting) < _MAX_RIDERS:
+                # a put is under way: hold a seat in the next put's record while serializing
+                me = _Waiting(checkpoint_id)
+                lg.waiting.append(me)
+        try:
+            self._put_writes(lg, checkpoint_id, writes, task_id, task_path, stored, known, me)
+        finally:
+            if me is not None:
+                with lg.lock:
+                    if me in lg.waiting:
+                        lg.waiting.remove(me)
+                    lg.changed.notify_all()
+
+    def _put_writes(
+        self,
+        lg: _Log,
+        checkpoint_id: str,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str,
+        stored: set[tuple[str, int]],
+        known: dict[str, ChunkRef],
+        me: _Waiting | None,
+    ) -> None:
+        dumped: builtins.list[tuple[int, str, tuple[str, bytes]]] = []
+        for i, (channel, value) in enumerate(writes):
+            idx = WRITES_IDX_MAP.get(channel, i)
+            if idx >= 0 and (task_id, idx) in stored:
+                continue  # idempotent: a task's write at a regular index is stored once
+            dumped.append((idx, channel, self._dump(value)))
+        large = any(len(data) > self.inline_limit for _, _, (_, data) in dumped)
+        if large:
+            with lg.lock:
+                lg.uploading[checkpoint_id] = lg.uploading.get(checkpoint_id, 0) + 1
+                # The put of this checkpoint may be under way: wait for its chunks, to reuse them.
+                deadline = time.monotonic() + 1.0
+                while checkpoint_id not in lg.puts and checkpoint_id not in lg.inflight and lg.puts_active > 0:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    lg.changed.wait(left)
+                known, _ = self._known(lg, checkpoint_id)
+        try:
+            self._upload_writes(lg, checkpoint_id, task_id, task_path, dumped, known, me)
+        finally:
+            if large:
+                with lg.lock:
+                    lg.uploading[checkpoint_id] -= 1
+                    if not lg.uploading[checkpoint_id]:
+                        del lg.uploading[checkpoint_id]
+                    lg.changed.notify_all()
+
+    def _upload_writes(
+        self,
+        lg: _Log,
+        checkpoint_id: str,
+        task_id: str,
+        task_path: str,
+        dumped: builtins.list[tuple[int, str, tuple[str, bytes]]],
+        known: dict[str, ChunkRef],
+        me: _Waiting | None,
+    ) -> None:
+        entries: builtins.list[builtins.list[Any]] = []
+        artifacts: dict[str, Manifest] = {}
+        upload = self.store.blobs.begin(known)
+        try:
+            for idx, channel, (type_, data) in dumped:
+                if len(data) <= self.inline_limit:
+                    ref: _Ref = {"t": type_, "b": base64.b64encode(data).decode("ascii")}
+                else:
+                    artifacts[f"w/{idx}"] = upload.write(data, previous=None)
+                    ref = {"t": type_, "a": f"w/{idx}"}
+                entries.append([idx, channel, ref])
+            upload.finish()
+        except BaseException:
+            upload.abort()
+            raise
+        if not entries:
+            return
+        key = writes_key(lg.run.run_id, checkpoint_id, task_id, [e[0] for e in entries])
+        wo = _Writes(key, checkpoint_id, task_id, task_path, entries, artifacts, time.time_ns())
+        if me is not None and not artifacts and self._ride(lg, me, wo):
+            return
+        stored_wo = self._store_writes(lg, wo)
+        if stored_wo is not None:
+            with lg.lock:
+                self._add_writes(lg, stored_wo)
 
     @staticmethod
-    def _pending(lg: _Log, checkpoint_id: str) -> builtins.list[tuple[str, str, int, str, CommitRecord, _Ref]]:
-        """The writes of a checkpoint: (task, channel, idx, path, record, ref) in writes_sort_key
-        order. The first write of a (task, idx) wins; special (negative idx) writes overwrite."""
-        found: dict[tuple[str, int], tuple[str, str, int, str, CommitRecord, _Ref]] = {}
-        for seq in lg.writes.get(checkpoint_id, []):
-            record = lg.records.get(seq)
-            if record is None:
-                continue
-            state = cast(dict[str, Any], record.state)
-            for idx, channel, ref in state["w"]:
-                key = (state["task"], idx)
+    def _take(lg: _Log, parent_id: str | None) -> builtins.list[_Waiting]:
+        """The waiting put_writes of ``parent_id`` that ride in the record being built (waiting up
+        to _WAIT_GRACE for those still serializing; those that are not ready then write alone).
+        Call holding ``lg.commit`` and ``lg.lock``."""
+        if parent_id is None:
+            return []
+        limit = time.monotonic() + _WAIT_GRACE
+        while any(w.checkpoint_id == parent_id and w.wo is None for w in lg.waiting):
+            left = limit - time.monotonic()
+            if left <= 0:
+                break
+            lg.changed.wait(left)
+        mine = [w for w in lg.waiting if w.checkpoint_id == parent_id]
+        lg.waiting = [w for w in lg.waiting if w.checkpoint_id != parent_id]
+        lg.changed.notify_all()
+        return [w for w in mine if w.wo is not None]
+
+    @staticmethod
+    def _ride(lg: _Log, me: _Waiting, wo: _Writes) -> bool:
+        """While puts of the run are under way (LangGraph's async durability: the put chain runs
+        behind the tasks), wait for the put whose parent is ``wo``'s checkpoint to carry ``wo`` in
+        its record: True once that record is committed. False (write it alone) when that put was
+        made already, when no put is under way _WAIT_GRACE after the last one ended, after
+        _WAIT_MAX seconds, and at once for special channels (LangGraph may wait for those, e.g.
+        before an error handler runs)."""
+        if any(idx < 0 or channel.startswith("__") for idx, channel, _ in wo.w):
+            return False
+        with lg.lock:
+            if me not in lg.waiting:  # the put came before the writes were ready
+                return False
+            me.wo = wo
+            lg.changed.notify_all()
+            deadline = time.monotonic() + _WAIT_MAX
+            while not me.finished:
+                now = time.monotonic()
+                if me in lg.waiting:  # not taken by a put yet
+                    idle = lg.puts_active == 0
+                    late = idle and now - lg.last_put_end >= _WAIT_GRACE
+                    if late or wo.checkpoint_id in lg.parents or now >= deadline:
+                        return False  # put_writes leaves the queue
+                    lg.changed.wait(lg.last_put_end + _WAIT_GRACE - now if idle else min(deadline - now, 0.5))
+                else:  # taken: wait for its put's commit
+                    lg.changed.wait()
+            return me.stored
+
+    @staticmethod
+    def _pending(lg: _Log, checkpoint_id: str) -> builtins.list[tuple[str, str, int, str, _Writes, _Ref]]:
+        """The writes of a checkpoint: (task, channel, idx, path, object, ref) in writes_sort_key
+        order. Objects apply in the order they were written: the first write of a (task, idx)
+        wins; special (negative idx) writes overwrite."""
+        found: dict[tuple[str, int], tuple[str, str, int, str, _Writes, _Ref]] = {}
+        objects = sorted((lg.wobjs[k] for k in lg.writes.get(checkpoint_id, ())), key=lambda wo: (wo.t, wo.key))
+        for wo in objects:
+            for idx, channel, ref in wo.w:
+                key = (wo.task, idx)
                 if idx >= 0 and key in found:
                     continue
-                found[key] = (state["task"], channel, idx, state["path"], record, ref)
+                found[key] = (wo.task, channel, idx, wo.path, wo, ref)
         return sorted(found.values(), key=lambda w: writes_sort_key(w[3], w[0], w[2]))
 
     def _snapshot(self, lg: _Log, checkpoint_id: str) -> tuple[CommitRecord, builtins.list[Any]] | None:
@@ -441,7 +809,10 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
     def _tuple(self, lg: _Log, record: CommitRecord, pending: builtins.list[Any]) -> CheckpointTuple:
         state = cast(dict[str, Any], record.state)
         checkpoint = cast(Checkpoint, self._load_inline(state["checkpoint"]))
-        checkpoint["channel_values"] = {channel: self._value(record, ref) for channel, ref in state["ch"].items()}
+        where_record = self._record_value_where(record)
+        checkpoint["channel_values"] = {
+            channel: self._value(where_record, record.artifacts, ref) for channel, ref in state["ch"].items()
+        }
         where = {"thread_id": lg.thread_id, "checkpoint_ns": lg.ns}
         parent = state["parent"]
         return CheckpointTuple(
@@ -449,13 +820,15 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
             checkpoint=checkpoint,
             metadata=cast(CheckpointMetadata, self._load_inline(state["metadata"])),
             parent_config={"configurable": {**where, "checkpoint_id": parent}} if parent else None,
-            pending_writes=[(task, channel, self._value(rec, ref)) for task, channel, _, _, rec, ref in pending],
+            pending_writes=[
+                (task, channel, self._value(wo.key, wo.artifacts, ref)) for task, channel, _, _, wo, ref in pending
+            ],
         )
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         thread_id, ns, checkpoint_id = self._where(config)
         lg = self._log_of(thread_id, ns)
-        with lg.lock:
+        with lg.commit, lg.lock:
             if checkpoint_id is None or checkpoint_id not in lg.puts:
                 self._sync(lg)
             if checkpoint_id is None:
@@ -492,7 +865,7 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
         remaining = limit
         for thread_id, ns in where:
             lg = self._log_of(thread_id, ns)
-            with lg.lock:
+            with lg.commit, lg.lock:
                 self._sync(lg)
                 snaps = [self._snapshot(lg, cid) for cid in sorted(lg.puts, reverse=True)]
             for snap in snaps:
@@ -514,28 +887,57 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
 
     # -- deletion and copying ------------------------------------------------------------------
 
-    def _delete_objects(self, lg: _Log, seqs: Iterable[int]) -> None:
+    def _delete_keys(self, keys: Iterable[str]) -> None:
         backend = self.store.backend
-        futures = [self.store.pool.submit(backend.delete, log_key(lg.run.run_id, s)) for s in seqs]
+        futures = [self.store.pool.submit(backend.delete, key) for key in keys]
         for f in futures:
             f.result()
 
+    def _delete_objects(self, lg: _Log, seqs: Iterable[int], writes: Iterable[str] = ()) -> None:
+        self._delete_keys([*(log_key(lg.run.run_id, s) for s in seqs), *writes])
+
     def _drop(self, lg: _Log) -> None:
         """Append a drop marker (a ``deleted`` record, which fences s3ckpt writers too), then
-        delete every record before it."""
-        with lg.lock:
+        delete every record before it and every writes object."""
+        with lg.commit, lg.lock:
             self._sync(lg)
             if lg.tail is None or (lg.tail.record.kind == "deleted" and not lg.records):
+                # Nothing to mark; writes objects without a live checkpoint are only removed.
+                self._delete_keys(sorted(self._objects(lg.wobjs)))
+                lg.wobjs.clear()
+                lg.writes.clear()
                 return
             marker = self._append(lg, {"lg": 1, "op": "drop"}, {}, drop=True)
-            self._delete_objects(lg, [s for s in lg.run._listed_seqs() if s < marker.record.seq])
+            prefix = run_prefix(lg.run.run_id)
+            keys = [info.key for info in self.store.backend.list(prefix)]
+            seqs = [
+                s for s in (parse_seq(k[len(prefix) + 4 :]) for k in keys if k.startswith(prefix + "log/")) if s is not None
+            ]
+            writes = [k for k in keys if k.startswith(prefix + "writes/")]
+            self._delete_objects(lg, [s for s in seqs if s < marker.record.seq], writes)
+            lg.wobjs.clear()
+            lg.writes.clear()
 
-    def _forget(self, lg: _Log, seqs: set[int]) -> None:
-        """Append a forget marker naming ``seqs``, then delete those records. Call under the lock."""
-        if not seqs:
-            return
-        self._append(lg, {"lg": 1, "op": "forget", "seqs": _ranges(seqs)}, {})
-        self._delete_objects(lg, sorted(seqs))
+    def _forget(self, lg: _Log, seqs: set[int], writes: set[str]) -> None:
+        """Append a forget marker naming ``seqs``, then delete those records and the writes
+        objects ``writes``. Pending writes that a removed record carries for a checkpoint that
+        stays are first written as writes objects. Call holding ``lg.commit`` and ``lg.lock``."""
+        for seq in sorted(seqs):
+            record = lg.records.get(seq)
+            state: dict[str, Any] = record.state if record is not None and isinstance(record.state, dict) else {}
+            parent = state.get("parent")
+            if parent is None or lg.puts.get(parent) in (None, *seqs):
+                continue
+            for task, path, t, w in state.get("pw") or ():
+                key = writes_key(lg.run.run_id, parent, task, [x[0] for x in w])
+                kept = self._store_writes(lg, _Writes(key, parent, task, path, w, {}, t))
+                if kept is not None:
+                    self._add_writes(lg, kept)
+        if seqs:
+            self._append(lg, {"lg": 1, "op": "forget", "seqs": _ranges(seqs)}, {})
+        self._delete_objects(lg, sorted(seqs), sorted(writes))
+        for key in writes:
+            self._remove_writes(lg, key)
 
     def delete_thread(self, thread_id: str) -> None:
         for thread, ns in self._thread_namespaces(str(thread_id)):
@@ -547,15 +949,16 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
             return
         for thread, ns in self._thread_namespaces(None):
             lg = self._log_of(thread, ns)
-            with lg.lock:
+            with lg.commit, lg.lock:
                 self._sync(lg)
                 gone: set[int] = set()
+                writes: set[str] = set()
                 for cid, seq in lg.puts.items():
                     metadata = self._load_inline(cast(dict[str, Any], lg.records[seq].state)["metadata"])
                     if metadata.get("run_id") in wanted:
                         gone.add(seq)
-                        gone.update(s for s in lg.writes.get(cid, []) if s in lg.records)
-                self._forget(lg, gone)
+                        writes.update(self._objects(lg.writes.get(cid, ())))
+                self._forget(lg, gone, writes)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         if strategy not in ("keep_latest", "delete"):
@@ -566,13 +969,13 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
                 if strategy == "delete":
                     self._drop(lg)
                     continue
-                with lg.lock:
+                with lg.commit, lg.lock:
                     self._sync(lg)
                     if not lg.puts:
                         continue
                     latest = max(lg.puts)
-                    keep = {lg.puts[latest], *lg.writes.get(latest, [])}
-                    self._forget(lg, set(lg.records) - keep)
+                    keep = lg.writes.get(latest, set())
+                    self._forget(lg, set(lg.records) - {lg.puts[latest]}, self._objects(lg.wobjs) - keep)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         source, target = str(source_thread_id), str(target_thread_id)
@@ -580,15 +983,22 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
             raise ValueError("copy_thread needs two different threads")
         for _, ns in self._thread_namespaces(source):
             src = self._log_of(source, ns)
-            with src.lock:
+            with src.commit, src.lock:
                 self._sync(src)
                 records = [src.records[s] for s in sorted(src.records)]
+                wobjs = [src.wobjs[k] for k in sorted(self._objects(src.wobjs)) if src.wobjs[k].checkpoint_id in src.puts]
             dst = self._log_of(target, ns)
-            with dst.lock:
+            with dst.commit, dst.lock:
                 self._sync(dst)
                 for record in records:
                     # Artifacts are copied by reference: the new records name the same chunks.
                     self._append(dst, cast(dict[str, Any], record.state), record.artifacts)
+            for wo in wobjs:
+                key = writes_key(dst.run.run_id, wo.checkpoint_id, wo.task, [w[0] for w in wo.w])
+                copied = self._store_writes(dst, _Writes(key, wo.checkpoint_id, wo.task, wo.path, wo.w, wo.artifacts, wo.t))
+                if copied is not None:
+                    with dst.lock:
+                        self._add_writes(dst, copied)
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         """Versions unique across forks (as InMemorySaver's): the counter, then a random fraction."""
