@@ -15,7 +15,6 @@ import hashlib
 import json
 import logging
 import secrets
-import time
 from collections import deque
 from collections.abc import Iterator, Mapping
 from concurrent.futures import Future
@@ -34,7 +33,6 @@ from .errors import (
     ObjectNotFoundError,
     PreconditionFailedError,
     RunNotFoundError,
-    TransientBackendError,
     UnsupportedBackendError,
 )
 from .records import RECORD_SCHEMA_VERSION, CommitRecord, EffectRecord, HeadPointer, Ledger
@@ -303,24 +301,21 @@ class Run:
             )
 
     def _put_record(self, record: CommitRecord) -> tuple[Entry, bool]:
-        """Create ``log/<seq>``. Returns the entry now at that seq and whether it is ours."""
+        """Create ``log/<seq>``. Returns the entry now at that seq and whether it is ours.
+
+        Transient failures (409, 5xx, a lost connection) are retried by the store's retry layer
+        (backends/_retry.py), which also recognises its own landed retry. A 412 that reaches here
+        may still be ours (botocore retried a PUT that had landed), so the write id decides."""
         data = codec.encode_record(self.store.cipher, record)
         key = log_key(self.run_id, record.seq)
         attempts = self.store.options.commit_attempts
-        for attempt in range(attempts):
+        for _ in range(attempts):
             try:
                 self.store.backend.put(key, data, mode="create", metadata={"s3ckpt-write-id": record.write_id})
                 return Entry(record, _digest(data)), True
-            except TransientBackendError as exc:
-                # 409, 5xx or a lost connection: the write may have landed. Retrying with the same
-                # bytes is safe; if it had landed, the retry gets 412 and the read-back says ours.
-                if attempt == attempts - 1:
-                    raise
-                log.info("retrying commit of %s after %s", key, exc)
-                time.sleep(min(0.05 * 2**attempt, 2.0) * (0.5 + secrets.randbelow(1000) / 1000))
             except PreconditionFailedError:
                 existing = self._load(record.seq)
-                if existing is None:  # vanished between the 412 and the read: treat as transient
+                if existing is None:  # vanished between the 412 and the read: try the create again
                     continue
                 return existing, existing.record.write_id == record.write_id
         raise BackendError(f"could not create {key} after {attempts} attempts")
