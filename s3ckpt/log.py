@@ -272,13 +272,8 @@ class Run:
             raise RunNotFoundError(f"run {self.run_id!r} has no effect with idempotency key {idempotency_key!r}")
         if sent and reference is None:
             raise InvalidArtifactError("an effect that was sent needs the provider's reference (--sent REF)")
-        settled = effect.model_copy(
-            update={
-                "status": "confirmed" if sent else "not_sent",
-                "reference": json_value(reference, "reference") if sent else None,
-                "outcome_at": _now(),
-                "resolved_by": "operator",
-            }
+        settled = effect.settled(
+            "confirmed" if sent else "not_sent", by="operator", reference=json_value(reference, "reference") if sent else None
         )
         ledger = latest.ledger.model_copy(update={"effects": {**latest.ledger.effects, idempotency_key: settled}})
         writer._commit(latest.state, artifacts=None, meta={"resolved": idempotency_key}, ledger=ledger)

@@ -5,7 +5,7 @@ unexpected fields are errors, never silent defaults.
 from __future__ import annotations
 
 import math
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
@@ -167,6 +167,11 @@ class EffectRecord(_Strict):
     #: Who decided the outcome: "send", "reconcile" or "operator".
     resolved_by: str | None = None
     sends: Annotated[int, Field(ge=0)] = 0
+
+    def settled(self, status: EffectStatus, *, by: str, reference: JsonValue = None, error: str | None = None) -> EffectRecord:
+        """This effect with its outcome decided (by "send", "reconcile" or "operator"), now."""
+        update = {"status": status, "reference": reference, "error": error, "resolved_by": by}
+        return self.model_copy(update={**update, "outcome_at": datetime.now(UTC)})
 
 
 class Ledger(_Strict):

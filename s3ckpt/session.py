@@ -341,9 +341,7 @@ class Session:
 
     def _settle(self, key: str, status: Any, *, reference: Any = None, error: str | None = None, by: str) -> None:
         effect = self._effects[key]
-        self._effects[key] = effect.model_copy(
-            update={"status": status, "reference": reference, "error": error, "outcome_at": _now(), "resolved_by": by}
-        )
+        self._effects[key] = effect.settled(status, by=by, reference=reference, error=error)
         self._commit()
 
     def _ledger(self) -> Ledger:
