@@ -2,13 +2,29 @@
 
 Encryption protects a checkpoint from whoever holds the bucket, not from whoever holds the key, and
 checkpoints are read back by operators, other workers and debugging sessions. So every string of a
-record (step results, state, effect targets, metadata) goes through a :class:`Redactor` first: known
-token shapes (cloud keys, JWTs, PEM keys, ...) are found by precise regexes, strings under
-secret-named fields are dropped whole, and the marker names the kind so a reader knows what was there.
+record (step results, state, effect targets, metadata, and names: step names, kinds, budget units,
+idempotency keys) goes through a :class:`Redactor` first, and the marker names the kind so a reader
+knows what was there. A string can hide a secret in any of these places, and each is covered:
+
+- inside text: known token shapes (cloud keys, JWTs, PEM keys, ...) are found by precise regexes,
+  ``name=value`` / ``"name": "value"`` assignments by the generic one, and a header line
+  (``X-Api-Key: value``, ``Cookie: a=1; b=2``) loses its whole value up to the end of the line;
+- as a dict key: keys are redacted like any text (two keys that become equal stay apart: the later
+  one's last marker is numbered, ``[REDACTED:jwt#2]``, ``#3``, ... in the dict's order);
+- under a secret-named key (``password``, ``X-Api-Key``, ``stripeApiKey``): every scalar of the
+  value is replaced whole, whatever its type (a number, a boolean, the strings of a nested list or
+  dict); only None and the empty string, which say nothing, are kept;
+- in a header pair, ``["Authorization", value]`` (a list or tuple of two whose first item is a
+  secret name), or a name/value object, ``{"name": "API_KEY", "value": ...}``: the value, likewise.
+
+A value redacted once is redacted for good: ``redact(redact(x)) == redact(x)``. Markers are never
+redacted again, and whether a key is secret-named is decided on the key as stored (markers count as
+the neutral word ``redacted``), so a second pass takes the same decisions as the first.
 
 Every regex is linear: possessive quantifiers, no nested quantifiers over overlapping classes. Most
 are only tried where a literal anchor occurs (:attr:`SecretPattern.anchors`), so a megabyte of text
 costs a few dozen ``find`` passes, and a short string with no anchor at all costs one regex search.
+Header lines cost one more pass, only over text that holds a colon.
 """
 
 from __future__ import annotations
@@ -43,7 +59,8 @@ SECRET_FIELD: Final = "secret-field"  # noqa: S105 - a kind name, not a secret
 SECRET_ASSIGNMENT: Final = "secret-assignment"  # noqa: S105 - a kind name, not a secret
 
 _KIND = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
-_MARKER = re.compile(r"\[REDACTED:[A-Za-z0-9][A-Za-z0-9_.\-]*\]")
+# A marker, maybe numbered (``#2``) to keep two redacted dict keys apart.
+_MARKER = re.compile(r"\[REDACTED:([A-Za-z0-9][A-Za-z0-9_.\-]*)(?:#[0-9]+)?\]")
 _MARKER_START: Final = "[REDACTED:"
 
 
@@ -340,6 +357,21 @@ DEFAULT_PATTERNS: Final[tuple[SecretPattern, ...]] = _SPECIFIC_PATTERNS + _DEFAU
 # none found means only the unanchored patterns run); a longer string gets one find pass per anchor.
 _SCAN_MAX_LEN: Final = 1024
 
+# A header line up to its value: at a line start, a header-like name, a colon (not "::" or ":=").
+# The name is bounded, so a line costs one short match; only secret names go on to their value.
+_HEADER_LINE = re.compile(r"(?m)^[ \t]*+([A-Za-z][A-Za-z0-9_.\-]{0,127}+)[ \t]*+:(?![:=])[ \t]*+")
+# An auth scheme before the credential stays readable ("Authorization: Bearer [REDACTED:...]").
+_SCHEME = re.compile(r"(?ai:bearer|basic|token|digest|negotiate)[ \t]++")
+# A language literal or type name is no secret ("password: str", "token: null"); a quoted value is
+# left to the name=value pattern, which keeps the quotes.
+_NOT_A_VALUE = re.compile(r"[\"'`]|(?ai:null|none|nil|true|false|undefined|str|string|bytes|int)(?![A-Za-z0-9_])")
+
+# Name/value objects ({"name": "API_KEY", "value": ...}, HAR headers, Kubernetes env, AWS tags):
+# the spellings of the field that names and of the field that holds the value.
+_NAME_FIELDS: Final = frozenset(s for w in ("name", "key", "header", "field") for s in (w, w.capitalize(), w.upper()))
+_VALUE_FIELDS: Final = frozenset({"value", "Value", "VALUE"})
+_NAME_VALUE_MAX_FIELDS: Final = 8  # such objects are small; bigger dicts skip the look
+
 _Trie = dict[str, "_Trie"]
 
 
@@ -368,12 +400,14 @@ def _trie_regex(words: Iterable[str]) -> str:
 class Redactor:
     """Replaces secrets in JSON-like values by ``[REDACTED:<kind>]``.
 
-    ``patterns`` (default: DEFAULT_PATTERNS) and ``extra_patterns`` find secrets inside strings;
-    ``allow`` lists strings (exact) or regexes (full match) that are kept even when a pattern finds
-    them; a string under a dict key that ``secret_key_names`` (default: DEFAULT_SECRET_KEY_NAMES)
-    matches is replaced whole. With the default patterns, custom ``secret_key_names`` also drive the
-    ``name=value`` pattern for free text. On overlap the earlier pattern names the kind; extra
-    patterns come after the built-in token shapes and before the generic ``name=value`` one.
+    ``patterns`` (default: DEFAULT_PATTERNS) and ``extra_patterns`` find secrets inside strings
+    (values, dict keys and names alike); ``allow`` lists strings (exact) or regexes (full match) that
+    are kept even when a pattern finds them; every scalar under a dict key that ``secret_key_names``
+    (default: DEFAULT_SECRET_KEY_NAMES) matches, or paired with such a name (``["X-Api-Key", v]``,
+    ``{"name": "X-Api-Key", "value": v}``), is replaced whole. With the default patterns, custom
+    ``secret_key_names`` also drive the ``name=value`` pattern and header lines (``Name: value``) in
+    free text. On overlap the earlier pattern names the kind; extra patterns come after the built-in
+    token shapes and before the generic ``name=value`` one.
 
     Immutable once built, so one instance can serve any number of threads.
     """
@@ -383,6 +417,8 @@ class Redactor:
         "_allow_strings",
         "_anchor_re",
         "_by_anchor",
+        "_clean_keys",
+        "_headers",
         "_key_cache",
         "_longer",
         "_needles",
@@ -417,6 +453,8 @@ class Redactor:
         generic = [i for i, p in enumerate(base) if p.kind == SECRET_ASSIGNMENT]
         cut = generic[0] if generic else len(base)
         self._patterns: tuple[SecretPattern, ...] = (*base[:cut], *extras, *base[cut:])
+        # Header lines are the name=value pattern's line-long form: on when it is.
+        self._headers = bool(generic)
         # With their index, which orders kinds on overlap.
         self._unanchored = tuple((i, p) for i, p in enumerate(self._patterns) if not p.anchors)
         self._needles = tuple(_needles(p.anchors) for p in self._patterns)
@@ -436,8 +474,10 @@ class Redactor:
                 raise TypeError(f"allow takes strings and compiled str regexes, not {type(a).__name__}")
         self._allow_strings = frozenset(strings)
         self._allow_regexes = tuple(regexes)
-        # key -> secret? The only mutable state: a bounded memo, safe to share (dict ops are atomic).
+        # key -> secret?, and the keys redaction leaves unchanged (a schema repeats its keys in
+        # every object). The only mutable state: bounded memos, safe to share (dict ops are atomic).
         self._key_cache: dict[str, bool] = {}
+        self._clean_keys: dict[str, None] = {}
 
     @property
     def patterns(self) -> tuple[SecretPattern, ...]:
@@ -453,15 +493,18 @@ class Redactor:
     # -- public API ---------------------------------------------------------------------------
 
     def redact(self, value: _T) -> _T:
-        """A redacted copy of a JSON-like value (dict with str keys, list, tuple, str, int, float,
-        bool, None). The input is never changed; dict keys are kept as they are.
+        """A redacted copy of a JSON-like value (dict, list, tuple, str, int, float, bool, None).
+        The input is never changed. String dict keys are redacted like any text (non-string keys
+        are kept); keys that become equal stay apart, the later ones numbered in the dict's order
+        (``[REDACTED:jwt]``, ``[REDACTED:jwt#2]``). Idempotent: ``redact(redact(x)) == redact(x)``.
 
         Raises TypeError for any other type: a value that cannot be scanned must not be stored.
         """
         return cast(_T, self._walk(value, None))
 
     def redact_text(self, text: str) -> str:
-        """One string with every secret replaced by its marker."""
+        """One string with every secret replaced by its marker: free text, or a name (a step name,
+        an effect kind, a budget unit, an idempotency key), which gets the same treatment."""
         return self._text(text, None)
 
     def found(self, value: object) -> list[str]:
@@ -471,10 +514,14 @@ class Redactor:
         return kinds
 
     def is_secret_key(self, key: str) -> bool:
-        """Whether a string stored under this dict key is replaced whole."""
+        """Whether every scalar stored under this dict key (or paired with this name) is replaced
+        whole. A marker in the key counts as the word ``redacted``, which names no secret: a key
+        that held a token (``ghp_...`` -> ``[REDACTED:github-token]``) does not become secret-named
+        by its marker, so a second pass decides as the first did."""
         hit = self._key_cache.get(key)
         if hit is None:
-            hit = _is_secret_words(key_words(key), self._secret_names)
+            words = key_words(_MARKER.sub(" redacted ", key) if _MARKER_START in key else key)
+            hit = _is_secret_words(words, self._secret_names)
             if len(self._key_cache) < self._KEY_CACHE_SIZE:
                 self._key_cache[key] = hit
         return hit
@@ -491,21 +538,74 @@ class Redactor:
         if value is None or isinstance(value, int | float):  # bool is an int
             return value
         if isinstance(value, dict):
-            out: dict[object, object] = {}
-            for k, v in value.items():
-                if isinstance(v, str) and isinstance(k, str) and self.is_secret_key(k):
-                    out[k] = self._field(v, kinds)
-                else:
-                    out[k] = self._walk(v, kinds)
-            return out
+            return self._dict(value, kinds, hide=False)
+        if isinstance(value, list | tuple):
+            if len(value) == 2 and isinstance(value[0], str):
+                name = self._text(value[0], kinds)
+                if self.is_secret_key(name):  # a header pair: ["X-Api-Key", value]
+                    pair = [name, self._hide(value[1], kinds)]
+                    return pair if isinstance(value, list) else tuple(pair)
+                rest = self._walk(value[1], kinds)
+                return [name, rest] if isinstance(value, list) else (name, rest)
+            items = [self._walk(v, kinds) for v in value]
+            return items if isinstance(value, list) else tuple(items)
+        raise _not_json(value)
+
+    def _hide(self, value: object, kinds: list[str] | None) -> object:
+        """A secret's value: every scalar replaced whole, the shape of containers kept."""
+        if isinstance(value, str):
+            return self._field(value, kinds)
+        if value is None:  # says nothing
+            return None
+        if isinstance(value, int | float):
+            if kinds is not None:
+                kinds.append(SECRET_FIELD)
+            return marker(SECRET_FIELD)
+        if isinstance(value, dict):
+            return self._dict(value, kinds, hide=True)
         if isinstance(value, list):
-            return [self._walk(v, kinds) for v in value]
+            return [self._hide(v, kinds) for v in value]
         if isinstance(value, tuple):
-            return tuple(self._walk(v, kinds) for v in value)
-        raise TypeError(
-            f"cannot redact a {type(value).__name__}: only JSON-like values are scanned "
-            "(dict, list, tuple, str, int, float, bool, None)"
-        )
+            return tuple(self._hide(v, kinds) for v in value)
+        raise _not_json(value)
+
+    def _dict(self, value: dict[object, object], kinds: list[str] | None, *, hide: bool) -> dict[object, object]:
+        """A dict with its keys redacted as text and its values redacted (or, with ``hide``, all
+        hidden). A value is hidden under a secret-named key, and beside a secret name in a small
+        name/value object."""
+        keys: list[object] = []
+        changed = False
+        clean = self._clean_keys
+        for k in value:
+            if isinstance(k, str) and k not in clean:
+                new = self._text(k, kinds)
+                if new != k:
+                    changed = True
+                elif len(clean) < self._KEY_CACHE_SIZE:
+                    clean[k] = None
+                keys.append(new)
+            else:
+                keys.append(k)
+        if changed:
+            keys = _distinct(list(value), keys)
+        secret_value = not hide and len(value) <= _NAME_VALUE_MAX_FIELDS and self._names_a_secret(value, keys)
+        out: dict[object, object] = {}
+        for key, v in zip(keys, value.values(), strict=True):
+            if hide or (isinstance(key, str) and (self.is_secret_key(key) or (secret_value and key in _VALUE_FIELDS))):
+                out[key] = self._hide(v, kinds)
+            else:
+                out[key] = self._walk(v, kinds)
+        return out
+
+    def _names_a_secret(self, value: dict[object, object], keys: list[object]) -> bool:
+        """Whether a small dict is a name/value object whose name is a secret name."""
+        if not any(k in _VALUE_FIELDS for k in keys):
+            return False
+        for key, v in zip(keys, value.values(), strict=True):
+            # The name as it will be stored decides, so that a second pass decides the same.
+            if key in _NAME_FIELDS and isinstance(v, str) and self.is_secret_key(self._text(v, None)):
+                return True
+        return False
 
     def _field(self, value: str, kinds: list[str] | None) -> str:
         # Empty says nothing; a marker is what an earlier pass left (keeps redact idempotent).
@@ -572,22 +672,86 @@ class Redactor:
                 start, end = m.span(pattern.group)
                 if start < end and not self.is_allowed(text[start:end]):
                     found.append((start, end, index))
+        if self._headers and ":" in text:
+            found.extend(self._header_values(text))
         if found and _MARKER_START in text:
             found = _outside_markers(found, text)
         if not found:
             return []
-        found.sort()
+        # Overlapping spans become one, named by the secret that starts first (at the same start,
+        # by the earlier pattern): a header value that runs on past a token is named by the token.
+        found.sort(key=lambda span: (span[0], span[2]))
         merged: list[tuple[int, int, str]] = []
         cur_start, cur_end, cur_index = found[0]
         for start, end, index in found[1:]:
-            if start < cur_end:  # overlap: one span, named by the earliest pattern
+            if start < cur_end:
                 cur_end = max(cur_end, end)
-                cur_index = min(cur_index, index)
             else:
-                merged.append((cur_start, cur_end, self._patterns[cur_index].kind))
+                merged.append((cur_start, cur_end, self._kind(cur_index)))
                 cur_start, cur_end, cur_index = start, end, index
-        merged.append((cur_start, cur_end, self._patterns[cur_index].kind))
+        merged.append((cur_start, cur_end, self._kind(cur_index)))
         return merged
+
+    def _kind(self, index: int) -> str:
+        # Header values rank after every pattern: at the same start, a pattern names the kind.
+        return self._patterns[index].kind if index < len(self._patterns) else SECRET_ASSIGNMENT
+
+    def _header_values(self, text: str) -> list[tuple[int, int, int]]:
+        """The value of every header line with a secret name (``X-Api-Key: v``, ``Cookie: a=1; b=2``),
+        whole up to the end of its line, as spans ranked after every pattern."""
+        out: list[tuple[int, int, int]] = []
+        for m in _HEADER_LINE.finditer(text):
+            if not self.is_secret_key(m.group(1)):
+                continue
+            start = m.end()
+            scheme = _SCHEME.match(text, start)
+            if scheme is not None:
+                start = scheme.end()
+            if _NOT_A_VALUE.match(text, start):
+                continue
+            newline = text.find("\n", start)
+            end = len(text) if newline < 0 else newline
+            end = start + len(text[start:end].split("\r", 1)[0].rstrip(" \t"))
+            if start < end and not self.is_allowed(text[start:end]):
+                out.append((start, end, len(self._patterns)))
+        return out
+
+
+def _not_json(value: object) -> TypeError:
+    return TypeError(
+        f"cannot redact a {type(value).__name__}: only JSON-like values are scanned "
+        "(dict, list, tuple, str, int, float, bool, None)"
+    )
+
+
+def _distinct(old: list[object], new: list[object]) -> list[object]:
+    """The redacted keys of one dict, kept apart: a key redaction left unchanged keeps its name;
+    a changed key whose name is taken gets its last marker numbered (#2, #3, ...), in dict order."""
+    taken = {n for o, n in zip(old, new, strict=True) if o == n}
+    tried: dict[str, int] = {}  # a redacted name -> the last number tried for it (linear, not n^2)
+    out: list[object] = []
+    for o, n in zip(old, new, strict=True):
+        if isinstance(n, str) and o != n and n in taken:
+            number = tried.get(n, 1)
+            candidate = n
+            while candidate in taken:
+                number += 1
+                candidate = _numbered(n, number)
+            tried[n] = number
+            n = candidate
+        taken.add(n)
+        out.append(n)
+    return out
+
+
+def _numbered(text: str, number: int) -> str:
+    """The text with its last marker numbered: a key redaction changed holds at least one."""
+    last: re.Match[str] | None = None
+    for last in _MARKER.finditer(text):  # noqa: B007 - the last one is wanted
+        pass
+    if last is None:
+        return f"{text}#{number}"
+    return f"{text[: last.start()]}[REDACTED:{last.group(1)}#{number}]{text[last.end() :]}"
 
 
 def _fold(text: str) -> bytes:

@@ -326,28 +326,38 @@ def test_key_words() -> None:
     assert key_words("oauth2.token") == ("oauth", "2", "token")
 
 
-def test_non_string_values_under_secret_keys_are_kept_and_containers_walked() -> None:
+def test_every_scalar_under_a_secret_key_is_replaced_whatever_its_type() -> None:
+    key = j("AKIA", "IOSFODNN7EXAMPLE")
     value = {
         "token_count": 5,
         "token": 5,
-        "password": None,
+        "pin_password": 123456,
+        "password": None,  # says nothing
         "secret": True,
         "api_key": 1.5,
-        "credentials": {"user": "bob", "password": "pw", "note": j("AKIA", "IOSFODNN7EXAMPLE")},
+        "credentials": {"user": "bob", "password": "pw", "note": key, "ids": [1, "2"], "n": None},
         "tokens": ["plain", "password=hunter2"],
-        "authorization": ["Basic abc", "x"],  # a list under a secret name is walked, not dropped
+        "authorization": ["Basic abc", "x"],
+        "client_secret": [[1, 2], (3, "4"), {"deep": [False]}],
         "empty": {"password": ""},  # nothing to hide
     }
     assert R.redact(value) == {
         "token_count": 5,
-        "token": 5,
+        "token": FIELD,
+        "pin_password": FIELD,
         "password": None,
-        "secret": True,
-        "api_key": 1.5,
-        "credentials": {"user": "bob", "password": FIELD, "note": "[REDACTED:aws-access-key-id]"},
+        "secret": FIELD,
+        "api_key": FIELD,
+        "credentials": {"user": FIELD, "password": FIELD, "note": FIELD, "ids": [FIELD, FIELD], "n": None},
         "tokens": ["plain", "password=[REDACTED:secret-assignment]"],
-        "authorization": ["Basic abc", "x"],
+        "authorization": [FIELD, FIELD],
+        "client_secret": [[FIELD, FIELD], (FIELD, FIELD), {"deep": [FIELD]}],
         "empty": {"password": ""},
+    }
+    assert R.found({"token": [1, True, "x", None, ""]}) == [SECRET_FIELD] * 3
+    # The keys of a dict under a secret name stay readable (redacted as text only).
+    assert R.redact({"credentials": {key: 1, "user": "bob"}}) == {
+        "credentials": {"[REDACTED:aws-access-key-id]": FIELD, "user": FIELD}
     }
 
 
@@ -385,9 +395,149 @@ def test_nested_structure_is_copied_not_mutated() -> None:
     assert R.found(value) == [SECRET_FIELD, "github-token", SECRET_FIELD, "url-password"]
 
 
-def test_dict_keys_are_not_redacted() -> None:
+def test_dict_keys_are_redacted_like_text() -> None:
     key = j("AKIA", "IOSFODNN7EXAMPLE")
-    assert R.redact({key: 1}) == {key: 1}
+    ghp = j("ghp", "_", rnd(36))
+    assert R.redact({key: 1}) == {"[REDACTED:aws-access-key-id]": 1}
+    assert R.redact({f"pushed with {ghp}": {"password=hunter2": [key]}, 7: "x"}) == {
+        "pushed with [REDACTED:github-token]": {"password=[REDACTED:secret-assignment]": ["[REDACTED:aws-access-key-id]"]},
+        7: "x",
+    }
+    assert R.found({key: f"and {ghp}"}) == ["aws-access-key-id", "github-token"]  # the key, then its value
+    for case in SECRETS:
+        out = R.redact({case.text: case.text, "n": {case.text: 1}})
+        assert out == {case.expected: case.expected, "n": {case.expected: 1}}, case.name
+
+
+def test_a_key_that_held_a_secret_is_not_a_secret_name() -> None:
+    # "[REDACTED:url-password]" ends in "password": counted so, a second pass would hide the value.
+    value = {"https://u:pw123456@h/p": "kept", j("ghp", "_", rnd(36)): 5, "password=hunter2": "kept too"}
+    out = R.redact(value)
+    assert out == {
+        "https://u:[REDACTED:url-password]@h/p": "kept",
+        "[REDACTED:github-token]": 5,
+        "password=[REDACTED:secret-assignment]": "kept too",
+    }
+    assert R.redact(out) == out
+    assert not R.is_secret_key("[REDACTED:url-password]")
+    assert not R.is_secret_key("[REDACTED:aws-secret-access-key#2]")
+    assert R.is_secret_key("[REDACTED:github-token] token")
+
+
+def test_keys_that_become_equal_are_kept_apart_in_dict_order() -> None:
+    k1, k2, k3 = (j("AKIA", s) for s in ("IOSFODNN7EXAMPLE", "ABCDEFGHIJKLMNOP", "QRSTUVWXYZ234567"))
+    marker_key = "[REDACTED:aws-access-key-id]"
+    out = R.redact({k1: 1, k2: 2, "[REDACTED:aws-access-key-id#2]": "literal", k3: 3, marker_key: "kept"})
+    # Keys redaction leaves alone keep their names; the others are numbered around them.
+    assert out == {
+        "[REDACTED:aws-access-key-id#3]": 1,
+        "[REDACTED:aws-access-key-id#4]": 2,
+        "[REDACTED:aws-access-key-id#2]": "literal",
+        "[REDACTED:aws-access-key-id#5]": 3,
+        marker_key: "kept",
+    }
+    assert list(out.values()) == [1, 2, "literal", 3, "kept"]  # the order of the dict is kept
+    assert R.redact(out) == out
+    # The last marker of a key gets the number; the text around it is kept.
+    pair = R.redact({f"{k1} then {k1}": 1, f"{k2} then {k2}": 2})
+    assert pair == {
+        "[REDACTED:aws-access-key-id] then [REDACTED:aws-access-key-id]": 1,
+        "[REDACTED:aws-access-key-id] then [REDACTED:aws-access-key-id#2]": 2,
+    }
+    assert R.redact(pair) == pair
+    # The same input always gives the same keys.
+    assert R.redact({k2: 2, k1: 1}) == {marker_key: 2, "[REDACTED:aws-access-key-id#2]": 1}
+
+
+@pytest.mark.timeout(10)
+def test_many_colliding_keys_stay_linear() -> None:
+    keys = {j("AKIA", f"{i:016d}"): i for i in range(20_000)}
+    out = R.redact(keys)
+    assert len(out) == len(keys)
+    assert list(out.values()) == list(range(20_000))
+    assert "[REDACTED:aws-access-key-id#20000]" in out
+    assert R.redact(out) == out
+
+
+# -- header pairs, name/value objects and header lines -----------------------------------------
+
+
+def test_header_pairs_lose_their_value() -> None:
+    jwt_pair = ["Authorization", f"Bearer {JWT}"]
+    value = {
+        "headers": [["X-Api-Key", "Zm9vYmFyYmF6"], ["Accept", "json"], jwt_pair, ("Cookie", "a=1; b=2")],
+        "raw": [("x-api-key", 12345678), ["Proxy-Authorization", ["Basic", "abc"]], ["token", {"v": True}]],
+        "plain": [["Accept", "text/html"], ["max_tokens", 5], ["eos_token", "</s>"], ["token", None]],
+        "longer": ["X-Api-Key", "a", "b"],  # not a pair: walked as a list
+    }
+    out = R.redact(value)
+    assert out == {
+        "headers": [["X-Api-Key", FIELD], ["Accept", "json"], ["Authorization", FIELD], ("Cookie", FIELD)],
+        "raw": [("x-api-key", FIELD), ["Proxy-Authorization", [FIELD, FIELD]], ["token", {"v": FIELD}]],
+        "plain": [["Accept", "text/html"], ["max_tokens", 5], ["eos_token", "</s>"], ["token", None]],
+        "longer": ["X-Api-Key", "a", "b"],
+    }
+    assert R.redact(out) == out
+    assert R.redact([["X-Api-Key", "Zm9vYmFyYmF6"]]) == [["X-Api-Key", FIELD]]
+    assert R.redact(("password", "hunter2")) == ("password", FIELD)
+
+
+def test_name_value_objects_lose_their_value() -> None:
+    value = {
+        "env": [{"name": "DB_PASSWORD", "value": "hunter2"}, {"name": "REGION", "value": "eu-west-1"}],
+        "har": [{"name": "X-Api-Key", "value": "Zm9vYmFyYmF6"}, {"name": "Accept", "value": "json"}],
+        "tags": [{"Key": "api_token", "Value": 12345}, {"Key": "team", "Value": "ml"}],
+        "big": {"name": "token", "value": "kept", **{f"f{i}": i for i in range(10)}},  # not a small object
+    }
+    assert R.redact(value) == {
+        "env": [{"name": "DB_PASSWORD", "value": FIELD}, {"name": "REGION", "value": "eu-west-1"}],
+        "har": [{"name": "X-Api-Key", "value": FIELD}, {"name": "Accept", "value": "json"}],
+        "tags": [{"Key": "api_token", "Value": FIELD}, {"Key": "team", "Value": "ml"}],
+        "big": value["big"],
+    }
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Cookie: theme=dark; sessionid=38afes7a8", "Cookie: [REDACTED:secret-assignment]"),
+        (
+            "GET /\r\nSet-Cookie: sid=abc123; Path=/; HttpOnly\r\nHost: x",
+            "GET /\r\nSet-Cookie: [REDACTED:secret-assignment]\r\nHost: x",
+        ),
+        ("X-Api-Key: two words  \nnext: line", "X-Api-Key: [REDACTED:secret-assignment]  \nnext: line"),
+        ("  password: correct horse battery staple\n  host: db", "  password: [REDACTED:secret-assignment]\n  host: db"),
+        ("Authorization: Token abc def", "Authorization: Token [REDACTED:secret-assignment]"),
+        (
+            "Authorization: AWS4-HMAC-SHA256 Credential=" + j("AKIA", "IOSFODNN7EXAMPLE") + "/x, Signature=fe5f80f7",
+            "Authorization: [REDACTED:secret-assignment]",
+        ),
+        ("Authorization: Bearer " + JWT + " (expired)", "Authorization: Bearer [REDACTED:jwt]"),
+        # Left to the name=value pattern: quoted values, literals and type names, non-secret names.
+        ("password: 'two words' here", "password: '[REDACTED:secret-assignment]' here"),
+        ("password: null, token=abc", "password: null, token=[REDACTED:secret-assignment]"),
+        ("token: str | None = None", "token: str | None = None"),
+        ("eos_token: </s> and more", "eos_token: </s> and more"),
+        ("Accept: text/html, password", "Accept: text/html, password"),
+        ("say password: not a header line", "say password: [REDACTED:secret-assignment] a header line"),
+    ],
+)
+def test_header_lines_lose_their_whole_value(text: str, expected: str) -> None:
+    assert R.redact_text(text) == expected
+    assert R.redact_text(expected) == expected
+
+
+def test_header_lines_follow_the_name_value_pattern() -> None:
+    assert Redactor(secret_key_names=["pin"]).redact_text("PIN: 12 34\nx") == "PIN: [REDACTED:secret-assignment]\nx"
+    assert Redactor(patterns=[]).redact_text("password: two words") == "password: two words"
+    assert Redactor(allow=["two words"]).redact_text("password: two words") == "password: [REDACTED:secret-assignment] words"
+
+
+def test_names_get_the_same_treatment_as_text() -> None:
+    for case in SECRETS:
+        name = f"step {case.text}"
+        assert R.redact_text(name) == f"step {case.expected}", case.name
+        assert R.redact({name: [name]}) == {f"step {case.expected}": [f"step {case.expected}"]}
 
 
 @pytest.mark.parametrize("bad", [b"bytes", {1, 2}, object(), {"nested": [bytearray(b"x")]}])
@@ -536,6 +686,12 @@ def test_concurrent_use_gives_the_same_results() -> None:
 
 
 SEPARATORS = st.sampled_from([" ", "\n", ", ", "; ", "\t", " | "])
+# Cases that end inside a header line with a secret name: what follows on that line is its value.
+OPEN_HEADER_LINES = {c.name for c in SECRETS if R.redact_text(c.text + " x") != c.expected + " x"}
+
+
+def test_open_header_lines_are_the_authorization_ones() -> None:
+    assert {"jwt after bearer", "github token scheme"} == OPEN_HEADER_LINES
 
 
 @settings(max_examples=150, deadline=None)
@@ -547,6 +703,8 @@ def test_mixed_text_is_redacted_once_and_for_all(parts: list[tuple[int, str]]) -
     for index, sep in parts:
         if index < len(SECRETS):
             c = SECRETS[index]
+            if c.name in OPEN_HEADER_LINES and "\n" not in sep:
+                sep = "\n" + sep  # a header's value runs to the end of its line
             pieces.append(c.text + sep)
             expected.append(c.expected + sep)
             secrets.append(c.secret)
@@ -583,6 +741,13 @@ PATHOLOGICAL = {
     "colons": ":" * 300_000,
     "dashes": "-" * 300_000,
     "words": ("a" * 50 + " ") * 10_000,
+    "header spaces": "password" + " " * 300_000 + ":",
+    "header name": "a" * 300_000 + ": x",
+    "header value": "Cookie: " + "a; " * 100_000,
+    "header trailing spaces": "Cookie: x" + " " * 300_000,
+    "header lines": "token: x y\n" * 50_000,
+    "header lines, plain": "Accept: x y\n" * 50_000,
+    "lines": "\n" * 300_000 + ":",
 }
 
 
