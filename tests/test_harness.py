@@ -23,7 +23,9 @@ import pytest
 
 import s3ckpt
 from s3ckpt.backends import Backend, LocalBackend, MemoryBackend, open_backend
-from s3ckpt.testing import BOUNDARIES, FaultyBackend, Report, StoreTarget, World
+from s3ckpt.testing import BOUNDARIES, FaultyBackend, KillPoint, Outcome, Report, StoreTarget, World
+from s3ckpt.testing import kill as kill_module
+from s3ckpt.testing.kill import _Harness, boundary_passes
 from s3ckpt.testing.plugin import S3Bucket
 
 SOAK = max(1, int(os.environ.get("S3CKPT_SOAK", "1")))
@@ -64,6 +66,12 @@ def test_killed_at_every_boundary_and_at_random_the_agent_resumes_as_if_never_ki
         seed=SOAK,
     )
     print(f"{kind}: {report.summary()}")
+    # Every planned kill is a kill, however loaded the machine: a random one that came after the run
+    # had ended was tried again. So the count is the plan's, never a matter of timing.
+    limit = plan["per_point"] * SOAK if plan["per_point"] is not None else None
+    planned = sum(min(report.passes.get(p, 0), limit or 10**9) for p in BOUNDARIES) + plan["random"] * SOAK
+    assert report.kill_points == len(report.trials) == planned
+    assert sum(1 for t in report.trials if t.planned and t.planned.point is None) == plan["random"] * SOAK
     assert report.kill_points >= plan["at_least"] * SOAK
     killed_at = {t.kill.point for t in report.trials if t.killed}
     assert set(BOUNDARIES) <= killed_at  # every boundary, not only the frequent ones
@@ -81,6 +89,66 @@ def test_the_harness_catches_a_workload_that_repeats_an_effect(tmp_path: Path, k
     assert "delivered more than once" in text
     assert "--- uninterrupted" in text
     assert "+++ killed and resumed" in text
+
+
+def _harness(tmp_path: Path) -> tuple[_Harness, Outcome, float, list[KillPoint]]:
+    harness = _Harness("tests.harness_workload:agent", _target("local", tmp_path), tmp_path / "runs", _SETTINGS, 120.0, 0)
+    try:
+        reference, passes, seconds = harness.reference()
+    except BaseException:
+        harness.processes.close()
+        raise
+    return harness, reference, seconds, boundary_passes(passes)
+
+
+_SETTINGS = {"workflow": "workload", "workflow_version": "1", "budget": None}
+
+
+def test_a_random_kill_that_comes_after_the_run_ended_is_tried_again_until_it_kills(tmp_path: Path) -> None:
+    """A delay far past the run's end misses for sure; the harness runs it again with a delay
+    below the run's measured length (or, after repeated misses, at a boundary pass): it kills."""
+    harness, reference, seconds, fallback = _harness(tmp_path)
+    try:
+        trial = harness.trial(0, KillPoint(delay=seconds + 60), reference, seconds, fallback)
+    finally:
+        harness.processes.close()
+    assert trial.problems == [], trial.log[-3000:]
+    assert trial.killed
+    assert trial.misses >= 1
+    assert trial.planned == KillPoint(delay=seconds + 60)
+    assert trial.kill != trial.planned
+    assert trial.resumes >= 1
+    assert trial.outcome is not None
+
+
+def test_a_random_kill_that_keeps_missing_falls_back_to_a_boundary_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(kill_module, "_RANDOM_ATTEMPTS", 1)  # the first miss falls back
+    harness, reference, seconds, fallback = _harness(tmp_path)
+    try:
+        trial = harness.trial(0, KillPoint(delay=seconds + 60), reference, seconds, fallback)
+        run, exited = harness.processes.start(*_noop_spec(tmp_path))
+        assert exited.result(timeout=60) == 1  # the spec names no workload: the child fails, cleanly
+        harness.processes.kill(run)  # after it was reaped: a no-op, and the server serves on
+        again = harness.trial(1, KillPoint("after-step", 1), reference, seconds, fallback)
+    finally:
+        harness.processes.close()
+    assert trial.problems == [], trial.log[-3000:]
+    assert (trial.misses, trial.fell_back, trial.killed) == (1, True, True)
+    assert trial.kill in fallback
+    assert again.problems == []
+    assert again.killed
+    report = Report(reference, {}, [trial, again])
+    assert report.kill_points == 2
+    assert report.random_misses == 1
+    assert "1 random kills came after the run had ended and were tried again (1 fell back" in report.summary()
+
+
+def _noop_spec(tmp_path: Path) -> tuple[Path, Path, Path]:
+    spec = tmp_path / "noop.json"
+    spec.write_text("{}")
+    return spec, tmp_path, tmp_path / "noop.out"
 
 
 # -- faults ----------------------------------------------------------------------------------

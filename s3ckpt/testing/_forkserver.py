@@ -8,7 +8,11 @@ lines on stdin/stdout (no pickle).
 
     -> {"run": 7, "spec": "/path/spec.json", "cwd": "/tmp/x", "out": "/tmp/x/out.txt"}
     <- {"started": 7, "pid": 1234}
+    -> {"kill": 7}
     <- {"exited": 7, "returncode": -9}
+
+The server, the children's parent, sends the kill: it reaps them on the same thread, so a pid it
+signals is still its child (alive, or a zombie a signal cannot reach), never a reused pid.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import importlib
 import json
 import os
 import selectors
+import signal
 import sys
 import time
 from typing import Any
@@ -62,6 +67,9 @@ def _serve(preload: list[str]) -> None:
             *lines, pending = (pending + chunk).split(b"\n")
             for line in lines:
                 command = json.loads(line)
+                if "kill" in command:
+                    _kill(running, command["kill"])
+                    continue
                 pid = os.fork()
                 if pid == 0:
                     selector.close()
@@ -73,6 +81,13 @@ def _serve(preload: list[str]) -> None:
             if pid == 0:
                 break
             send({"exited": running.pop(pid), "returncode": os.waitstatus_to_exitcode(status)})
+
+
+def _kill(running: dict[int, int], run: int) -> None:
+    """SIGKILL ``run`` unless it was reaped already (then its exit status stands)."""
+    for pid, running_run in running.items():
+        if running_run == run:
+            os.kill(pid, signal.SIGKILL)
 
 
 def _child(command: dict[str, Any]) -> None:

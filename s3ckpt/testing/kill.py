@@ -6,7 +6,10 @@ that for a user's workload (a function ``workload(session, world)`` importable b
 
 1. one uninterrupted reference run, counting how often each boundary is passed;
 2. for every boundary and every pass of it (or a sample), a run killed with SIGKILL right there,
-   plus runs killed at random times;
+   plus runs killed at random times. A random kill that comes after the run has ended kills
+   nothing; it is tried again in a new run with a new delay within the shortest run seen, and
+   after ``_RANDOM_ATTEMPTS`` misses it falls back to a boundary pass drawn at random. So every
+   planned kill is a kill, and how many there are never depends on the machine's speed;
 3. each killed run resumed in a fresh process, from a fresh working directory: first without a
    reconciler (an unknown effect must be surfaced, and nothing sent), then with one that asks
    the world;
@@ -19,12 +22,10 @@ costs the workload's own time, not an interpreter start.
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
 import tempfile
@@ -32,17 +33,21 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from .._boundaries import BOUNDARIES
 from ._child import UNKNOWN_OUTCOME
 from .world import World
 
 __all__ = ["BOUNDARIES", "KillPoint", "Outcome", "Report", "StoreTarget", "Trial", "kill_and_resume"]
+
+#: Tries of a random kill before it falls back to a boundary pass. A retry's delay is drawn below
+#: the shortest run measured so far, so a miss needs the machine to speed up again and again.
+_RANDOM_ATTEMPTS = 8
 
 
 @dataclass(frozen=True)
@@ -90,13 +95,25 @@ class Outcome:
 
 @dataclass
 class Trial:
-    kill: KillPoint
+    kill: KillPoint  # where the run was killed (a random kill's last try, or its fallback)
+    planned: KillPoint | None = None  # the kill as first planned (defaults to ``kill``)
+    #: tries of a random kill that came after the run had ended, each followed by a new run
+    misses: int = 0
     killed: bool = False
     resumes: int = 0
     surfaced_unknown: bool = False
     outcome: Outcome | None = None
     problems: list[str] = field(default_factory=list)
     log: str = ""
+
+    def __post_init__(self) -> None:
+        if self.planned is None:
+            self.planned = self.kill
+
+    @property
+    def fell_back(self) -> bool:
+        """A random kill that missed every try and was made at a boundary pass instead."""
+        return self.planned is not None and self.planned.point is None and self.kill.point is not None
 
 
 @dataclass
@@ -107,20 +124,30 @@ class Report:
 
     @property
     def kill_points(self) -> int:
-        """Runs that were really killed (a random kill may come after the run finished)."""
+        """Runs that were really killed: every planned kill, unless a run failed before its kill."""
         return sum(1 for t in self.trials if t.killed)
+
+    @property
+    def random_misses(self) -> int:
+        """Random kills that came after the run had ended, and were tried again in a new run."""
+        return sum(t.misses for t in self.trials)
 
     @property
     def failed(self) -> list[Trial]:
         return [t for t in self.trials if t.problems]
 
     def summary(self) -> str:
-        by_point = Counter(t.kill.point or "random" for t in self.trials if t.killed)
+        by_point = Counter(t.kill.point if t.planned and t.planned.point else "random" for t in self.trials if t.killed)
         points = ", ".join(f"{p} {n}" for p, n in sorted(by_point.items()))
         surfaced = sum(1 for t in self.trials if t.surfaced_unknown)
+        retried = ""
+        if self.random_misses:
+            fell_back = sum(1 for t in self.trials if t.fell_back)
+            retried = f"; {self.random_misses} random kills came after the run had ended and were tried again"
+            retried += f" ({fell_back} fell back to a boundary pass)" if fell_back else ""
         return (
-            f"{self.kill_points} kill points ({points}); {surfaced} surfaced an unknown effect before reconciling; "
-            f"{len(self.failed)} failed"
+            f"{self.kill_points} kill points ({points}){retried}; {surfaced} surfaced an unknown effect before "
+            f"reconciling; {len(self.failed)} failed"
         )
 
     def render(self) -> str:
@@ -174,13 +201,22 @@ class _Processes:
                 self._exited[message["exited"]].set_result(message["returncode"])
 
     def start(self, spec: Path, cwd: Path, out: Path) -> tuple[int, Future[int]]:
+        """Fork a run; returns its number (for ``kill``) and its exit status to come."""
         with self._lock:
             run, self._next = self._next, self._next + 1
             self._started[run], self._exited[run] = Future(), Future()
             assert self._server.stdin is not None
             self._server.stdin.write(json.dumps({"run": run, "spec": str(spec), "cwd": str(cwd), "out": str(out)}) + "\n")
             self._server.stdin.flush()
-        return self._started[run].result(timeout=60), self._exited[run]
+        self._started[run].result(timeout=60)
+        return run, self._exited[run]
+
+    def kill(self, run: int) -> None:
+        """SIGKILL ``run``, by its parent, which knows whether it is still running."""
+        with self._lock:
+            assert self._server.stdin is not None
+            self._server.stdin.write(json.dumps({"kill": run}) + "\n")
+            self._server.stdin.flush()
 
     def close(self) -> None:
         if self._server.stdin is not None:
@@ -191,16 +227,24 @@ class _Processes:
             self._server.kill()
 
 
+class _Exit(NamedTuple):
+    code: int  # -9: killed
+    output: str
+    seconds: float  # from the fork to the exit
+
+
 class _Harness:
-    def __init__(self, workload: str, store: StoreTarget, workdir: Path, settings: dict[str, Any], timeout: float) -> None:
+    def __init__(
+        self, workload: str, store: StoreTarget, workdir: Path, settings: dict[str, Any], timeout: float, seed: int
+    ) -> None:
         self.workload, self.store, self.workdir = workload, store, workdir
-        self.settings, self.timeout = settings, timeout
+        self.settings, self.timeout, self.seed = settings, timeout, seed
         module = workload.partition(":")[0]
         self.processes = _Processes(["s3ckpt", "s3ckpt.session", "s3ckpt.testing._child", module])
 
     def child(self, name: str, run_id: str, world: World, *, kill: KillPoint | None = None, reconcile: bool,
-              passes: Path | None = None) -> tuple[int, str]:  # fmt: skip
-        """Run the workload once; returns its exit code (-9: killed) and its output."""
+              passes: Path | None = None) -> _Exit:  # fmt: skip
+        """Run the workload once, killed at ``kill`` if it is still running then."""
         cwd = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self.workdir))  # a new working directory per process
         spec = {
             "workload": self.workload,
@@ -216,15 +260,15 @@ class _Harness:
         }
         spec_path, out = cwd / "spec.json", cwd / "output.txt"
         spec_path.write_text(json.dumps(spec))
-        pid, exited = self.processes.start(spec_path, cwd, out)
+        started = time.monotonic()
+        run, exited = self.processes.start(spec_path, cwd, out)
         if kill is not None and kill.delay is not None:
             try:
                 exited.result(timeout=kill.delay)
             except TimeoutError:
-                with contextlib.suppress(ProcessLookupError):  # it may just have finished
-                    os.kill(pid, signal.SIGKILL)
+                self.processes.kill(run)  # a no-op if it has just finished: its exit code says which
         code = exited.result(timeout=self.timeout)
-        return code, out.read_text(errors="replace")
+        return _Exit(code, out.read_text(errors="replace"), time.monotonic() - started)
 
     def outcome(self, run_id: str, world: World) -> Outcome:
         import s3ckpt
@@ -253,37 +297,51 @@ class _Harness:
         world = World(self.workdir / "reference" / "world")
         passes = self.workdir / "reference" / "passes.json"
         run_id = f"reference-{uuid.uuid4().hex[:8]}"
-        started = time.monotonic()
-        code, output = self.child("reference", run_id, world, reconcile=True, passes=passes)
-        elapsed = time.monotonic() - started
+        code, output, seconds = self.child("reference", run_id, world, reconcile=True, passes=passes)
         if code != 0:
             raise AssertionError(f"the uninterrupted reference run failed (exit {code}):\n{output[-3000:]}")
-        return self.outcome(run_id, world), json.loads(passes.read_text()), elapsed
+        return self.outcome(run_id, world), json.loads(passes.read_text()), seconds
 
-    def trial(self, index: int, kill: KillPoint, reference: Outcome) -> Trial:
+    def killed_run(self, index: int, trial: Trial, shortest: float, fallback: Sequence[KillPoint]) -> tuple[str, World, int]:
+        """Run until ``trial.kill`` lands: a random kill that came after the run ended is tried again,
+        in a new run, with a new delay below the shortest run seen; then at a boundary pass."""
+        rng = random.Random(f"{self.seed}:{index}")  # per trial: the draws do not depend on scheduling
+        while True:
+            world = World(self.workdir / f"trial-{index}" / f"try-{trial.misses}" / "world")
+            run_id = f"trial-{index}-{uuid.uuid4().hex[:8]}"
+            code, output, seconds = self.child(f"t{index}-killed", run_id, world, kill=trial.kill, reconcile=True)
+            trial.log += output
+            if code != 0 or trial.kill.delay is None:
+                return run_id, world, code
+            trial.misses += 1
+            shortest = min(shortest, seconds)
+            if trial.misses < _RANDOM_ATTEMPTS:
+                trial.kill = KillPoint(delay=rng.uniform(0.1 * shortest, 0.9 * shortest))
+            elif fallback:
+                trial.kill = rng.choice(fallback)
+            else:
+                return run_id, world, code  # the workload passes no boundary: nothing to fall back on
+
+    def trial(self, index: int, kill: KillPoint, reference: Outcome, shortest: float, fallback: Sequence[KillPoint]) -> Trial:
         trial = Trial(kill)
-        world = World(self.workdir / f"trial-{index}" / "world")
-        run_id = f"trial-{index}-{uuid.uuid4().hex[:8]}"
-        code, output = self.child(f"t{index}-killed", run_id, world, kill=kill, reconcile=True)
-        trial.log = output
+        run_id, world, code = self.killed_run(index, trial, shortest, fallback)
         trial.killed = code == -9
-        if kill.point is not None and not trial.killed:
-            trial.problems.append(f"expected to die at {kill}, exited {code}")
+        if not trial.killed:
+            trial.problems.append(f"expected to die at {trial.kill}, exited {code}")
             return trial
         killed_events = world.events()
-        if trial.killed or code == UNKNOWN_OUTCOME:
-            # First without a reconciler: an effect in doubt must stop the resume before anything is sent.
-            delivered = world.delivered_keys()
-            code, output = self.child(f"t{index}-resume", run_id, world, reconcile=False)
+        # First without a reconciler: an effect in doubt must stop the resume before anything is sent.
+        delivered = world.delivered_keys()
+        code, output, _ = self.child(f"t{index}-resume", run_id, world, reconcile=False)
+        trial.resumes += 1
+        trial.log += output
+        if code == UNKNOWN_OUTCOME:
+            trial.surfaced_unknown = True
+            if world.delivered_keys() != delivered:
+                trial.problems.append("a resume that raised UnknownOutcomeError sent something")
+            code, output, _ = self.child(f"t{index}-reconcile", run_id, world, reconcile=True)
             trial.resumes += 1
             trial.log += output
-            if code == UNKNOWN_OUTCOME:
-                trial.surfaced_unknown = True
-                if world.delivered_keys() != delivered:
-                    trial.problems.append("a resume that raised UnknownOutcomeError sent something")
-                code, output = self.child(f"t{index}-reconcile", run_id, world, reconcile=True)
-                trial.resumes += 1
-                trial.log += output
         if code != 0:
             trial.problems.append(f"the resumed run exited {code}")
             return trial
@@ -353,6 +411,10 @@ def kill_and_resume(
     process, and compare with an uninterrupted run. Raises AssertionError with a readable diff
     when ``check`` and any run differs; returns the Report either way otherwise.
 
+    Every planned kill is a kill: a random one that comes after the run has ended is tried again
+    in a new run (``Report.random_misses`` counts these), so ``Report.kill_points`` is the number
+    of planned kills whenever no run failed, however fast or loaded the machine is.
+
     ``workload`` is ``"module:function"`` (or a module-level function): ``function(session,
     world)`` runs the workflow in an open Session, and delivers every effect through
     ``world.deliver(kind, idempotency_key, payload)`` so that deliveries are counted outside the
@@ -362,20 +424,28 @@ def kill_and_resume(
     root = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="s3ckpt-kill-"))
     root.mkdir(parents=True, exist_ok=True)
     settings = {"workflow": workflow, "workflow_version": workflow_version, "budget": dict(budget) if budget else None}
-    harness = _Harness(name, store, root, settings, timeout)
+    harness = _Harness(name, store, root, settings, timeout, seed)
     try:
         reference, passes, elapsed = harness.reference()
         rng = random.Random(seed)
         kills = [KillPoint(point, occurrence) for point in points for occurrence in _spread(passes.get(point, 0), per_point)]
         kills += [KillPoint(delay=rng.uniform(0.05, max(0.1, elapsed))) for _ in range(random_kills)]
+        fallback = boundary_passes(passes)
         with ThreadPoolExecutor(max_workers=parallel or os.cpu_count() or 2) as pool:
-            trials = list(pool.map(lambda item: harness.trial(item[0], item[1], reference), enumerate(kills)))
+            trials = list(
+                pool.map(lambda item: harness.trial(item[0], item[1], reference, elapsed, fallback), enumerate(kills))
+            )
     finally:
         harness.processes.close()
     report = Report(reference, passes, trials)
     if check:
         report.assert_ok()
     return report
+
+
+def boundary_passes(passes: Mapping[str, int]) -> list[KillPoint]:
+    """Every pass of every boundary: where a random kill that keeps missing is made instead."""
+    return [KillPoint(point, n) for point in BOUNDARIES for n in range(1, passes.get(point, 0) + 1)]
 
 
 def _spread(passes: int, limit: int | None) -> list[int]:
