@@ -73,7 +73,9 @@ def test_unchanged_artifact_is_not_uploaded_again(store: s3ckpt.Store) -> None:
     writer = store.run("r").claim()
     writer.commit({}, artifacts={"a": data})
     assert writer.last_stats.uploaded_chunks == writer.last_stats.chunks > 1
-    changed = data[: 2 << 20] + b"X" + data[(2 << 20) + 1 :]
+    flipped = data[2 << 20] ^ 0xFF  # always a different byte (writing b"X" changed nothing 1 time in 256)
+    changed = data[: 2 << 20] + bytes([flipped]) + data[(2 << 20) + 1 :]
+    assert changed != data
     writer.commit({}, artifacts={"a": changed})
     assert 1 <= writer.last_stats.uploaded_chunks < writer.last_stats.chunks
     # A new writer (another process after a crash) knows the parent's chunks too.
