@@ -13,10 +13,12 @@ sealed and at most two packs are being uploaded at once, so memory stays bounded
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import mmap
 import os
 import secrets
+import stat
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -471,24 +473,142 @@ class Opened(NamedTuple):
 
 
 def open_source(value: object) -> Opened:
-    """Bytes as they are; a path memory-mapped (no copy into Python); a binary file streamed."""
-    if isinstance(value, bytes | memoryview):
+    """Bytes as they are; a path memory-mapped (no copy into Python); a binary file streamed.
+
+    Anything else is InvalidArtifactError, raised before anything is stored: a path that is
+    missing, a directory, not a regular file or unreadable (``.path`` names it), a file opened in
+    text mode or closed, and a stream whose reads fail or return something other than bytes.
+    """
+    if isinstance(value, bytes):
         return Opened(value, _nothing)
     if isinstance(value, bytearray):
         return Opened(bytes(value), _nothing)
+    if isinstance(value, memoryview):
+        return Opened(_byte_view(value), _nothing)
     if isinstance(value, str | os.PathLike):
-        fh = open(value, "rb")  # noqa: SIM115 - closed by the returned callback
-        if os.fstat(fh.fileno()).st_size < (1 << 20):
+        return _open_path(value)
+    if isinstance(value, io.TextIOBase):
+        raise InvalidArtifactError(
+            "an artifact file must be opened in binary mode: open(path, 'rb'), not 'r' (or pass the path itself)"
+        )
+    if isinstance(value, io.IOBase) or hasattr(value, "readinto") or hasattr(value, "read"):
+        return Opened(cast(BinaryIO, _CheckedStream(value)), _nothing)
+    raise InvalidArtifactError(
+        f"an artifact must be bytes, a path or a binary file opened for reading, not {type(value).__name__} "
+        "(for an array or another buffer, pass memoryview(x); None drops the artifact)"
+    )
+
+
+def _byte_view(view: memoryview) -> memoryview:
+    """A flat view of bytes: chunk offsets count bytes, not the items of a typed view."""
+    try:
+        if view.format == "B" and view.ndim == 1 and view.c_contiguous:
+            return view
+        return view.cast("B")
+    except (TypeError, ValueError, BufferError) as exc:  # released, or not contiguous
+        raise InvalidArtifactError(f"cannot read this memoryview as bytes ({exc}); pass bytes(view)") from None
+
+
+_NOT_A_FILE = "give the path of a regular file, or open the file and pass the binary file object"
+
+
+def _open_path(value: str | os.PathLike[str]) -> Opened:
+    try:
+        raw = os.fspath(value)
+        name = os.fsdecode(raw)
+        # O_NONBLOCK: opening a FIFO must not wait for a writer; it changes nothing for regular files.
+        fd = os.open(raw, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise InvalidArtifactError(_path_problem(str(value), exc), path=str(value)) from None
+    except (TypeError, ValueError) as exc:  # a NUL byte, a lone surrogate, a bad __fspath__
+        raise InvalidArtifactError(
+            f"artifact path {value!r} is not a usable path ({exc}); fix the path", path=str(value)
+        ) from None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise InvalidArtifactError(
+                f"artifact path {name!r} is a directory; pass a file (archive a directory first, e.g. with tarfile)",
+                path=name,
+            )
+        if not stat.S_ISREG(st.st_mode):
+            raise InvalidArtifactError(f"artifact path {name!r} is not a regular file; {_NOT_A_FILE}", path=name)
+    except BaseException:
+        os.close(fd)
+        raise
+    fh = os.fdopen(fd, "rb")
+    try:
+        if st.st_size < (1 << 20):
             data = fh.read()
             fh.close()
             return Opened(data, _nothing)
-        mapped = _MappedFile(fh, os.fspath(value))
+        try:
+            mapped = _MappedFile(fh, name)
+        except (OSError, ValueError):  # a filesystem that cannot map files: stream it instead
+            return Opened(cast(BinaryIO, _CheckedStream(fh, name=name)), fh.close)
         return Opened(mapped.view, mapped.close, mapped.consumed, mapped.check_unchanged)
-    if isinstance(value, io.IOBase) or hasattr(value, "readinto") or hasattr(value, "read"):
-        return Opened(cast(BinaryIO, value), _nothing)
-    raise InvalidArtifactError(
-        f"an artifact must be bytes, a path or a binary file opened for reading, not {type(value).__name__}"
-    )
+    except OSError as exc:
+        fh.close()
+        raise InvalidArtifactError(_path_problem(name, exc), path=name) from None
+
+
+def _path_problem(name: str, exc: OSError) -> str:
+    if exc.errno == errno.ENOENT:
+        return f"artifact path {name!r} does not exist (relative paths start at {os.getcwd()}); check the path"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return f"artifact path {name!r} cannot be read (permission denied); fix its permissions"
+    if exc.errno == errno.ENOTDIR:
+        return f"artifact path {name!r}: a part of it is a file, not a directory; check the path"
+    return f"artifact path {name!r} cannot be read ({exc.strerror or exc}); {_NOT_A_FILE}"
+
+
+class _CheckedStream:
+    """A caller's binary file, read through ``readinto``, whose failures are InvalidArtifactError:
+    a closed file, one opened for writing, an I/O error, a read that returns text."""
+
+    def __init__(self, stream: object, *, name: str | None = None) -> None:
+        self._name = name or type(stream).__name__
+        if getattr(stream, "closed", False) is True:
+            raise InvalidArtifactError(f"artifact file {self._name} is closed; pass an open binary file")
+        readable = getattr(stream, "readable", None)
+        try:
+            ok = bool(readable()) if callable(readable) else True
+        except (OSError, ValueError):
+            ok = False
+        if not ok:
+            raise InvalidArtifactError(f"artifact file {self._name} is not open for reading; open it with 'rb'")
+        readinto = getattr(stream, "readinto", None)
+        self._readinto: Callable[[memoryview], object] | None = readinto if callable(readinto) else None
+        read = getattr(stream, "read", None)
+        self._read: Callable[[int], object] | None = read if callable(read) else None
+        if self._readinto is None and self._read is None:
+            raise InvalidArtifactError(f"artifact file {self._name} has no read or readinto method")
+
+    def readinto(self, buffer: memoryview) -> int:
+        try:
+            if self._readinto is not None:
+                n = self._readinto(buffer)
+                if isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= len(buffer):
+                    return n
+                raise InvalidArtifactError(f"artifact file {self._name}: readinto returned {n!r}, not a byte count")
+            assert self._read is not None
+            data = self._read(len(buffer))
+            if not isinstance(data, bytes | bytearray | memoryview):
+                raise InvalidArtifactError(
+                    f"artifact file {self._name} returned {type(data).__name__}, not bytes; open it in binary mode ('rb')"
+                )
+            n = len(data)
+            if n > len(buffer):
+                raise InvalidArtifactError(f"artifact file {self._name} returned more bytes than asked for")
+            buffer[:n] = data
+            return n
+        except (OSError, ValueError, TypeError) as exc:
+            if isinstance(exc, InvalidArtifactError):
+                raise
+            raise InvalidArtifactError(
+                f"reading artifact file {self._name} failed ({type(exc).__name__}: {exc}); nothing was committed. "
+                "Pass an open binary file (mode 'rb'), a path or bytes."
+            ) from exc
 
 
 class _MappedFile:

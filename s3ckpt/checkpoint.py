@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 from datetime import datetime
@@ -10,7 +11,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import pydantic
 
-from .errors import IntegrityError, S3ckptError
+from .errors import IntegrityError, InvalidArtifactError, LocalPathError, S3ckptError
 from .records import CommitRecord, EffectRecord, Ledger, Manifest, StepRecord
 
 if TYPE_CHECKING:
@@ -80,13 +81,19 @@ class Checkpoint:
         return self._record
 
     def _manifest(self, name: str) -> Manifest:
+        if not isinstance(name, str):
+            raise InvalidArtifactError(
+                f"an artifact name is a str, not {type(name).__name__}; this checkpoint has: {self._names()}"
+            )
         manifest = self._record.artifacts.get(name)
         if manifest is None:
             raise ArtifactNotFoundError(
-                f"checkpoint {self.run_id!r}@{self.seq} has no artifact {name!r}; it has: "
-                f"{', '.join(sorted(self._record.artifacts)) or 'none'}"
+                f"checkpoint {self.run_id!r}@{self.seq} has no artifact {name!r}; it has: {self._names()}"
             )
         return manifest
+
+    def _names(self) -> str:
+        return ", ".join(repr(n) for n in sorted(self._record.artifacts)) or "none"
 
     def open_artifact(self, name: str) -> BinaryIO:
         """A binary file that streams the artifact, verifying every chunk as it arrives."""
@@ -95,20 +102,29 @@ class Checkpoint:
     def restore_artifact(self, name: str, path: str | os.PathLike[str]) -> None:
         """Write the artifact to ``path``: chunks are fetched, verified and written in parallel.
         The file appears under ``path`` only when complete (a temporary file is renamed over it);
-        it is not fsynced, as a restore that a crash interrupts is simply run again."""
+        it is not fsynced, as a restore that a crash interrupts is simply run again. A path that
+        cannot take the file (a directory, a missing parent, no permission, a full disk) is
+        LocalPathError, found before anything is downloaded where it can be."""
         manifest = self._manifest(name)
-        target = Path(path)
+        target = _restore_target(path)
+        shown = str(target)
         tmp = target.with_name(f".{target.name}.s3ckpt-{secrets.token_hex(4)}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            os.ftruncate(fd, manifest.size)
-            self._blobs.read_into(manifest, fd)
-        except BaseException:
-            os.close(fd)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise LocalPathError(f"cannot restore to {shown!r}: {_os_reason(exc)}", path=shown) from None
+        try:
+            try:
+                os.ftruncate(fd, manifest.size)
+                self._blobs.read_into(manifest, fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, target)
+        except BaseException as exc:
             tmp.unlink(missing_ok=True)
+            if isinstance(exc, OSError) and not isinstance(exc, S3ckptError):
+                raise LocalPathError(f"cannot restore to {shown!r}: {_os_reason(exc)}", path=shown) from exc
             raise
-        os.close(fd)
-        os.replace(tmp, target)
 
     def read_artifact(self, name: str) -> bytes:
         with self.open_artifact(name) as fh:
@@ -149,3 +165,43 @@ class Checkpoint:
 
     def __repr__(self) -> str:
         return f"Checkpoint(run_id={self.run_id!r}, seq={self.seq}, epoch={self.epoch})"
+
+
+def _restore_target(path: object) -> Path:
+    """``path`` as a file path that a restore can create, checked before anything is downloaded."""
+    if not isinstance(path, str | os.PathLike) or path == "":
+        raise InvalidArtifactError(f"restore_artifact needs a file path (str or os.PathLike), not {path!r}")
+    try:
+        target = Path(path)
+        shown = str(target)
+        if target.is_dir():
+            raise LocalPathError(
+                f"cannot restore to {shown!r}: it is a directory; give a file path such as {str(target / 'artifact')!r}",
+                path=shown,
+            )
+        parent = target.parent
+        if not parent.is_dir():
+            why = "does not exist" if not parent.exists() else "is not a directory"
+            raise LocalPathError(
+                f"cannot restore to {shown!r}: its directory {str(parent)!r} {why}; create it first (mkdir -p)", path=shown
+            )
+    except (TypeError, ValueError) as exc:  # a NUL byte, a lone surrogate, a bad __fspath__
+        raise InvalidArtifactError(f"restore_artifact: {path!r} is not a usable path ({exc})") from None
+    except OSError as exc:  # a name too long, a loop of symlinks, ...
+        raise LocalPathError(f"cannot restore to {str(path)!r}: {_os_reason(exc)}", path=str(path)) from None
+    return target
+
+
+def _os_reason(exc: OSError) -> str:
+    fixes = {
+        errno.EACCES: "permission denied; choose a path you may write, or fix the permissions",
+        errno.EPERM: "permission denied; choose a path you may write, or fix the permissions",
+        errno.ENOSPC: "the disk is full; free space or restore elsewhere",
+        errno.EDQUOT: "the disk quota is exceeded; free space or restore elsewhere",
+        errno.EROFS: "the filesystem is read-only; restore elsewhere",
+        errno.EISDIR: "it is a directory; give a file path",
+        errno.ENOENT: "its directory does not exist; create it first",
+        errno.ENOTDIR: "a part of the path is a file, not a directory; check the path",
+        errno.ENAMETOOLONG: "the name is too long; choose a shorter path",
+    }
+    return fixes.get(exc.errno or 0, f"{exc.strerror or exc}; choose another path")

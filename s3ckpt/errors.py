@@ -29,8 +29,45 @@ class MissingKeyError(ConfigurationError):
         )
 
 
+class StoreNotFoundError(ConfigurationError, FileNotFoundError):
+    """There is no store at the URL: nothing was created there yet (``s3ckpt init`` creates one)."""
+
+
+class BucketNotFoundError(StoreNotFoundError):
+    """The S3 bucket of the URL does not exist (or these credentials cannot see it)."""
+
+    def __init__(self, bucket: str) -> None:
+        super().__init__(
+            f"the S3 bucket {bucket!r} does not exist, or these credentials cannot see it; s3ckpt does not create "
+            f"buckets. Create it first (`aws s3 mb s3://{bucket}`, or the terraform/ module), check the bucket "
+            "name, the region and the endpoint, then run `s3ckpt init`."
+        )
+        self.bucket = bucket
+
+
+class CredentialsError(ConfigurationError):
+    """No usable cloud credentials: none found, incomplete, expired, or a profile that does not exist."""
+
+
 class BackendError(S3ckptError, OSError):
     """The storage backend failed in a way that retrying did not fix."""
+
+
+class EndpointUnreachableError(BackendError, ConnectionError):
+    """The storage or key service could not be reached (connection refused, DNS, TLS, a proxy)."""
+
+
+class LocalPathError(S3ckptError, OSError):
+    """A local path given to s3ckpt cannot be used: a directory where a file is needed, a missing
+    parent directory, no permission, a full disk."""
+
+    def __init__(self, message: str, *, path: str) -> None:
+        super().__init__(message)
+        self.path = path
+
+    def __str__(self) -> str:
+        # OSError's __str__ would print the args tuple; keep the message readable.
+        return str(self.args[0]) if self.args else ""
 
 
 class AccessDeniedError(BackendError, PermissionError):
@@ -153,4 +190,17 @@ class InvalidRunIdError(S3ckptError, ValueError):
 
 
 class InvalidArtifactError(S3ckptError, ValueError):
-    """An artifact or state value that cannot be checkpointed."""
+    """An artifact or state value that cannot be checkpointed. ``path`` is set when the artifact was
+    given as a path (missing, a directory, unreadable)."""
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class InvalidArgumentError(S3ckptError, ValueError):
+    """An argument that cannot work: the wrong type, or out of range (a seq of 1.5, a budget of -1)."""
+
+
+class EffectSettledError(S3ckptError, ValueError):
+    """An effect's outcome is already known, so it cannot be settled again without ``force``."""

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
-from ..errors import ConfigurationError
+from ..errors import BackendError, ConfigurationError
 from ._base import Backend, Capabilities, GetResult, Match, ObjectInfo, PutMode, PutResult
 from ._local import LocalBackend
 from ._memory import MemoryBackend
@@ -52,15 +52,19 @@ DEFAULT_URL = "./.s3ckpt"
 _S3_OPTIONS = ("endpoint_url", "region", "credentials", "retry_mode", "max_attempts", "max_pool_connections")
 
 
-def open_backend(url: str | None = None, **options: Any) -> Backend:
-    """Open the backend for ``url`` (default ``$S3CKPT_URL``, else ``./.s3ckpt``)."""
-    url = url or os.environ.get("S3CKPT_URL") or DEFAULT_URL
+def open_backend(url: str | os.PathLike[str] | None = None, **options: Any) -> Backend:
+    """Open the backend for ``url`` (default ``$S3CKPT_URL``, else ``./.s3ckpt``).
+
+    Every way a URL can be wrong is a ConfigurationError that says what to write instead; a
+    filesystem package that is not installed is named, so the fix is one ``pip install``.
+    """
+    url = _check_url(url)
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     if scheme in ("", "file") or (len(scheme) == 1 and os.name == "nt"):
         path = unquote(parts.path) if scheme == "file" else url
         _reject_unknown(options, ("fsync",), url)
-        return LocalBackend(path, fsync=bool(options.get("fsync", True)))
+        return _local(path, fsync=bool(options.get("fsync", True)))
     if scheme == "memory":
         _reject_unknown(options, (), url)
         return MemoryBackend((parts.netloc + parts.path).strip("/") or "default")
@@ -72,10 +76,76 @@ def open_backend(url: str | None = None, **options: Any) -> Backend:
 
         return S3Backend(parts.netloc, parts.path, **{k: v for k, v in options.items() if v is not None})
     _reject_unknown(options, ("storage_options",), url)
-    storage_options: Mapping[str, Any] = options.get("storage_options") or {}
+    storage_options = options.get("storage_options") or {}
+    if not isinstance(storage_options, Mapping):
+        raise ConfigurationError(f"storage_options must be a dict of fsspec options, not {type(storage_options).__name__}")
+    return _fsspec(url, storage_options)
+
+
+def _check_url(url: object) -> str:
+    if url is None or url == "":
+        url = os.environ.get("S3CKPT_URL") or DEFAULT_URL
+    if isinstance(url, os.PathLike):
+        url = os.fspath(url)
+    if not isinstance(url, str):
+        raise ConfigurationError(
+            f"a store URL is a str (s3://bucket/prefix, file:///dir, a directory, memory://name), not {type(url).__name__}"
+        )
+    if "\x00" in url:
+        raise ConfigurationError(f"store URL {url!r} contains a NUL character; remove it")
+    try:
+        # A local path may carry undecodable bytes (surrogate escapes); a URL sent over the wire may not.
+        url.encode("utf-8", "surrogateescape" if "://" not in url else "strict")
+    except UnicodeEncodeError:
+        raise ConfigurationError(f"store URL {url!r} is not valid Unicode text (a lone surrogate); fix the URL") from None
+    return url
+
+
+def _local(path: str, *, fsync: bool) -> Backend:
+    try:
+        backend = LocalBackend(path, fsync=fsync)
+        # A path below a regular file ("model.bin/store") fails only at the first write, with a
+        # bare OSError; say so now.
+        ancestor = backend.root
+        while not ancestor.exists() and ancestor != ancestor.parent:
+            ancestor = ancestor.parent
+    except (OSError, RuntimeError) as exc:  # no permission, a name too long, an unknown ~user, ...
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigurationError(f"cannot use {path!r} as a store directory ({reason}); choose another path") from None
+    if not ancestor.is_dir():
+        raise ConfigurationError(f"cannot use {path!r} as a store directory: {ancestor} is a file; choose another path")
+    return backend
+
+
+def _fsspec(url: str, storage_options: Mapping[str, Any]) -> Backend:
+    import fsspec
+    from fsspec.registry import known_implementations
+
+    for piece in url.split("::"):
+        protocol = piece.partition("://")[0].lower() if "://" in piece else piece.lower()
+        try:
+            fsspec.get_filesystem_class(protocol)
+        except ImportError as exc:
+            module = str(known_implementations.get(protocol, {}).get("class", "")).partition(".")[0]
+            install = f"`pip install {module}`" if module and module != "fsspec" else "the package it names"
+            raise ConfigurationError(
+                f"{protocol}:// URLs need a filesystem package that is not installed ({exc}); install {install} and try again"
+            ) from None
+        except ValueError:
+            raise ConfigurationError(
+                f"unknown URL scheme {protocol!r} in {url!r}: use s3://bucket/prefix, file:///dir or a plain directory, "
+                "memory://name, or the URL of an installed fsspec filesystem (gs://, az://, ...)"
+            ) from None
     from ._fsspec import FsspecBackend
 
-    return FsspecBackend(url, storage_options=storage_options)
+    try:
+        return FsspecBackend(url, storage_options=storage_options)
+    except ImportError as exc:
+        raise ConfigurationError(f"{url!r} needs a package that is not installed: {exc}; install it and try again") from None
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(f"cannot open {url!r} with storage_options {sorted(storage_options)}: {exc}") from None
+    except OSError as exc:
+        raise BackendError(f"cannot open {url!r}: {exc}; check the URL, the network and the credentials") from None
 
 
 def _reject_unknown(options: Mapping[str, Any], allowed: tuple[str, ...], url: str) -> None:
