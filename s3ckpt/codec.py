@@ -14,9 +14,10 @@ import pydantic
 import pydantic_core
 import zstandard
 
+from . import values
 from ._names import encode_run_id
 from .crypto import Cipher
-from .errors import IncompatibleSchemaError, IntegrityError
+from .errors import IncompatibleSchemaError, IntegrityError, InvalidArtifactError
 from .migrations import migrate_record
 from .records import HEAD_SCHEMA_VERSION, RECORD_SCHEMA_VERSION, CommitRecord, HeadPointer
 
@@ -25,7 +26,7 @@ RAW = 0
 ZSTD = 1
 #: Compress only when it saves at least this fraction; incompressible data stays raw.
 _MIN_SAVING = 0.05
-_MAX_RECORD = 256 << 20
+_MAX_RECORD = values.MAX_RECORD_BYTES
 
 _local = threading.local()
 _M = TypeVar("_M", CommitRecord, HeadPointer)
@@ -87,7 +88,15 @@ def decompress(flag: int, payload: bytes | memoryview, *, limit: int, where: str
 
 
 def encode_record(cipher: Cipher, record: CommitRecord) -> bytes:
-    flag, payload = compress(record.model_dump_json().encode("utf-8"))
+    document = record.model_dump_json().encode("utf-8")
+    if len(document) > _MAX_RECORD:
+        # Readers refuse records past this size, so the writer refuses to write one.
+        raise InvalidArtifactError(
+            f"the record of run {record.run_id!r} seq {record.seq} would be {len(document)} bytes, over the limit of "
+            f"{_MAX_RECORD} that every reader accepts (very many chunks or artifacts, or a large meta or provenance). "
+            "Nothing was committed; split the artifacts across checkpoints or runs, and keep meta small."
+        )
+    flag, payload = compress(document)
     return cipher.seal("log", f"{encode_run_id(record.run_id)}/{record.seq}", payload, flag=flag)
 
 

@@ -15,29 +15,33 @@ import hashlib
 import json
 import logging
 import secrets
+import threading
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from . import _boundaries, codec
+from . import _boundaries, codec, values
 from ._names import encode_run_id, head_key, log_key, parse_seq, run_prefix
 from .checkpoint import Checkpoint
 from .errors import (
     BackendError,
     ConflictError,
+    EffectSettledError,
     IntegrityError,
+    InvalidArgumentError,
     InvalidArtifactError,
     ObjectNotFoundError,
     PreconditionFailedError,
     RunNotFoundError,
+    UnknownOutcomeError,
     UnsupportedBackendError,
 )
 from .records import RECORD_SCHEMA_VERSION, CommitRecord, EffectRecord, HeadPointer, Ledger
 from .workflows import OnVersionChange, resolve
-from .writer import Writer, json_value
+from .writer import Writer
 
 if TYPE_CHECKING:
     from .store import Store
@@ -61,6 +65,56 @@ def _digest(data: bytes) -> str:
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+#: Runs on the checkpoint a claim will follow, before the claim is written; raises to refuse, and
+#: may return the provenance to claim with.
+ClaimCheck = Callable[[Checkpoint | None], Mapping[str, Any] | None]
+_UNSETTLED = ("pending", "unknown")
+
+
+class SeenTails:
+    """The newest record of each run that a store object has seen. A log can only grow, so a read
+    that finds less (records deleted, an old HEAD put back) is damage, never a state to resume."""
+
+    def __init__(self) -> None:
+        self._tails: dict[str, tuple[int, str]] = {}
+        self._lock = threading.Lock()
+
+    def floor(self, run_id: str) -> tuple[int, str] | None:
+        """What was seen before a read starts: the read must find at least this."""
+        with self._lock:
+            return self._tails.get(run_id)
+
+    def check(self, run_id: str, floor: tuple[int, str] | None, entry: Entry | None) -> None:
+        """``entry`` is the tail a read found, having started after ``floor`` was seen."""
+        if floor is not None:
+            seq, digest = floor
+            key = log_key(run_id, seq)
+            if entry is None or entry.record.seq < seq:
+                found = "no record" if entry is None else f"seq {entry.record.seq}"
+                raise IntegrityError(
+                    f"run {run_id!r}: the log went backwards: this store object saw seq {seq}, and now the log ends at "
+                    f"{found}. Records were deleted or an old HEAD was put back; nothing was resumed from it. Restore "
+                    "the run from a backup (with S3 versioning, the deleted versions).",
+                    key=key,
+                )
+            if entry.record.seq == seq and entry.digest != digest:
+                raise IntegrityError(f"run {run_id!r}: the record at seq {seq} was replaced since it was read", key=key)
+        if entry is not None:
+            self.advance(run_id, entry)
+
+    def advance(self, run_id: str, entry: Entry) -> None:
+        with self._lock:
+            seen = self._tails.get(run_id)
+            if seen is None or entry.record.seq > seen[0]:
+                self._tails[run_id] = (entry.record.seq, entry.digest)
+
+
+def check_seq(seq: Any) -> int:
+    if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq < 10**20:
+        raise InvalidArgumentError(f"a seq is an int >= 0 (see `s3ckpt log RUN`), not {seq!r:.40}")
+    return seq
 
 
 class Run:
@@ -100,6 +154,13 @@ class Run:
 
     def _tail(self) -> tuple[Entry | None, str | None]:
         """The last record of the log (found from HEAD, then by probing forward) and HEAD's etag."""
+        seen = self.store.seen
+        floor = seen.floor(self.run_id)
+        entry, etag = self._find_tail()
+        seen.check(self.run_id, floor, entry)
+        return entry, etag
+
+    def _find_tail(self) -> tuple[Entry | None, str | None]:
         head, etag = self._read_head()
         if head is not None:
             start = head.seq
@@ -111,6 +172,9 @@ class Run:
                 if first is None:
                     return None, None
                 listed = [0]
+            holes = sorted(set(range(listed[0], listed[-1] + 1)) - set(listed))
+            if holes:
+                raise self._missing(holes[0], f"it is missing, but record {listed[-1]} exists")
             start = listed[-1]
         # Fetch the named record and probe the next one at once: one round trip, not two.
         current_f = self.store.pool.submit(self._load, start)
@@ -168,20 +232,35 @@ class Run:
         entry, _ = self._tail()
         if entry is None or entry.record.kind == "deleted" or entry.record.checkpoint_seq is None:
             return None
-        record = entry.record
-        if record.checkpoint_seq != record.seq:
-            target = self._load(record.checkpoint_seq)  # type: ignore[arg-type]
-            if target is None or target.record.kind != "checkpoint":
-                raise self._missing(
-                    record.checkpoint_seq,  # type: ignore[arg-type]
-                    f"record {record.seq} names it as the latest checkpoint, but it is missing or not a checkpoint",
-                )
-            record = target.record
+        record = self._parent_of(entry)
+        assert record is not None  # a live tail with a checkpoint_seq
         return self._checkpoint(record, validate)
 
+    def _parent_of(self, tail: Entry | None) -> CommitRecord | None:
+        """The latest checkpoint at or before ``tail``: what a claim after it builds on. Missing or
+        inconsistent data is damage (IntegrityError), never "no checkpoint"."""
+        if tail is None or tail.record.kind == "deleted":
+            return None
+        record = tail.record
+        seq = record.checkpoint_seq
+        if seq is None:
+            return None
+        if record.kind == "checkpoint":
+            if seq != record.seq:
+                raise IntegrityError(f"run {self.run_id!r}: checkpoint {record.seq} names another seq as its own")
+            return record
+        target = self._load(seq) if seq < record.seq else None
+        if target is None or target.record.kind != "checkpoint":
+            raise self._missing(seq, f"record {record.seq} names it as the latest checkpoint, but it is missing or not one")
+        return target.record
+
     def get(self, seq: int, *, validate: Validate = "exists") -> Checkpoint:
+        seq = check_seq(seq)
+        floor = self.store.seen.floor(self.run_id)
         entry = self._load(seq)
         if entry is None:
+            if floor is not None and seq <= floor[0]:
+                raise self._missing(seq, f"this store object saw the log reach seq {floor[0]}")
             raise RunNotFoundError(f"run {self.run_id!r} has no record at seq {seq}")
         if entry.record.kind != "checkpoint":
             raise RunNotFoundError(f"seq {seq} of run {self.run_id!r} is a {entry.record.kind} record, not a checkpoint")
@@ -189,10 +268,12 @@ class Run:
 
     def records(self) -> Iterator[CommitRecord]:
         """Every record, oldest first, with the hash chain checked from seq 0."""
+        floor = self.store.seen.floor(self.run_id)
         seqs = self._listed_seqs()
         if not seqs:
+            self.store.seen.check(self.run_id, floor, None)
             return
-        last = seqs[-1]
+        last = max(seqs[-1], floor[0] if floor is not None else 0)
         prev: str | None = None
         pending: deque[tuple[int, Future[Entry | None]]] = deque()
         next_seq = 0
@@ -205,10 +286,12 @@ class Run:
             if entry is None:
                 raise self._missing(seq, f"it is missing, but record {last} exists")
             prev = self._chained(entry, prev)
+            self.store.seen.advance(self.run_id, entry)
             yield entry.record
         # Records committed after the listing are picked up by probing, as readers do.
         while (entry := self._load(last + 1)) is not None:
             prev, last = self._chained(entry, prev), last + 1
+            self.store.seen.advance(self.run_id, entry)
             yield entry.record
 
     def _chained(self, entry: Entry, prev: str | None) -> str:
@@ -238,50 +321,85 @@ class Run:
     def rollback(self, seq: int) -> list[EffectRecord]:
         """Append a checkpoint that restores the state, steps and artifacts of checkpoint ``seq``
         (history is never rewritten) and return the effects confirmed after it, for the caller to
-        compensate. Those stay in the ledger as ``rolled_back``; effects still unknown stay unknown;
-        spending stays spent. Effects emitted again after the rollback get fresh idempotency keys.
-        Claims the run, so a live writer of it is fenced."""
-        target = self.get(seq)
-        writer = self.claim(**target.provenance)
-        latest = writer.parent_checkpoint()
-        assert latest is not None  # get(seq) found a checkpoint, so the run has one
-        then, now = target.ledger, latest.ledger
-        effects: dict[str, EffectRecord] = {}
-        undone: list[EffectRecord] = []
-        for key, effect in now.effects.items():
-            if key in then.effects:
-                effects[key] = effect  # happened by seq (its latest outcome is the truth)
-            elif effect.status == "confirmed":
-                undone.append(effect)
-                effects[key] = effect.model_copy(update={"status": "rolled_back"})
-            else:
-                effects[key] = effect  # unknown stays visibly unknown; failed ones are harmless
-        ledger = Ledger(
-            steps=then.steps, attempts=now.attempts, effects=effects, budget=now.budget, generation=now.generation + 1
+        compensate. Those stay in the ledger as ``rolled_back``, and an emit that reaches one of their
+        positions again sends a new request under a new key; effects that happened by ``seq`` stay as
+        they are and are never sent again; spending stays spent. Refused, before anything is written,
+        while an effect after ``seq`` has an unknown outcome (settle it first: it may need
+        compensating). Claims the run, so a live writer of it is fenced."""
+        target = self.get(check_seq(seq))
+        then = target.ledger
+        plan: dict[str, Any] = {}
+
+        def check(latest: Checkpoint | None) -> Mapping[str, Any]:
+            if latest is None:
+                raise IntegrityError(f"run {self.run_id!r}: checkpoint {seq} exists but the log names no latest checkpoint")
+            now = latest.ledger
+            unknown = [e for k, e in now.effects.items() if k not in then.effects and e.status in _UNSETTLED]
+            if unknown:
+                raise UnknownOutcomeError(
+                    f"run {self.run_id!r}: {len(unknown)} effect(s) after seq {seq} have an unknown outcome "
+                    f"({', '.join(e.idempotency_key for e in unknown)}), so it is not known whether they need compensating. "
+                    "Settle them first (`s3ckpt resolve RUN KEY --sent REF | --not-sent`), then roll back. "
+                    "Nothing was written.",
+                    effects=unknown,
+                )
+            effects: dict[str, EffectRecord] = {}
+            undone: list[EffectRecord] = []
+            for key, effect in now.effects.items():
+                if key not in then.effects and effect.status == "confirmed":
+                    undone.append(effect)
+                    effects[key] = effect.model_copy(update={"status": "rolled_back"})
+                else:
+                    effects[key] = effect  # happened by seq (its latest outcome is the truth), or harmless
+            plan["undone"] = undone
+            plan["ledger"] = Ledger(
+                steps=then.steps, attempts=now.attempts, effects=effects, budget=now.budget, generation=now.generation + 1
+            )
+            return target.provenance
+
+        writer = self._claim(target.provenance, check=check)
+        writer._commit(
+            target.state, artifacts=None, meta={"rollback_to": seq}, ledger=plan["ledger"], base=target.record.artifacts
         )
-        writer._commit(target.state, artifacts=None, meta={"rollback_to": seq}, ledger=ledger, base=target.record.artifacts)
+        undone: list[EffectRecord] = plan["undone"]
         return undone
 
-    def resolve_effect(self, idempotency_key: str, *, sent: bool, reference: Any = None) -> EffectRecord:
+    def resolve_effect(self, idempotency_key: str, *, sent: bool, reference: Any = None, force: bool = False) -> EffectRecord:
         """An operator's decision on an effect whose outcome is unknown: it happened (``sent=True``,
-        with the provider's ``reference``) or it did not (it may be sent again). Claims the run."""
-        writer = self.claim(**(self._latest_provenance()))
-        latest = writer.parent_checkpoint()
-        effect = latest.ledger.effects.get(idempotency_key) if latest is not None else None
-        if latest is None or effect is None:
-            raise RunNotFoundError(f"run {self.run_id!r} has no effect with idempotency key {idempotency_key!r}")
+        with the provider's ``reference``) or it did not (it may be sent again, under the same key).
+        ``idempotency_key`` may be a unique prefix. An effect whose outcome is already known is
+        refused unless ``force``. Everything is checked before anything is written; then the run is
+        claimed, which fences its live writer (a session still running it stops at its next commit)."""
+        wanted = values.name(idempotency_key, "an idempotency key")
+        if not isinstance(sent, bool) or not isinstance(force, bool):
+            raise InvalidArgumentError("sent and force are True or False")
         if sent and reference is None:
-            raise InvalidArtifactError("an effect that was sent needs the provider's reference (--sent REF)")
-        settled = effect.settled(
-            "confirmed" if sent else "not_sent", by="operator", reference=json_value(reference, "reference") if sent else None
-        )
-        ledger = latest.ledger.model_copy(update={"effects": {**latest.ledger.effects, idempotency_key: settled}})
-        writer._commit(latest.state, artifacts=None, meta={"resolved": idempotency_key}, ledger=ledger)
-        return settled
+            raise InvalidArgumentError("an effect that was sent needs the provider's reference (--sent REF)")
+        if not sent and reference is not None:
+            raise InvalidArgumentError("an effect that was not sent has no reference; drop reference= (or --sent REF)")
+        redactor = self.store.options.redactor
+        recorded_reference = redactor.redact(values.json_value(reference, "the reference")) if sent else None
+        plan: dict[str, Any] = {}
 
-    def _latest_provenance(self) -> dict[str, Any]:
-        latest = self._latest("exists")
-        return dict(latest.provenance) if latest is not None else {}
+        def check(latest: Checkpoint | None) -> Mapping[str, Any]:
+            effects = latest.ledger.effects if latest is not None else {}
+            effect = _find_effect(self.run_id, effects, wanted)
+            if effect.status not in _UNSETTLED and not force:
+                raise EffectSettledError(
+                    f"effect {effect.idempotency_key} of run {self.run_id!r} is already {effect.status} (decided by "
+                    f"{effect.resolved_by}); only an unknown outcome is settled. Pass force=True (`--force`) to overwrite "
+                    "a known outcome, knowing that marking a sent effect not sent lets the next resume send it again."
+                )
+            plan["latest"], plan["effect"] = latest, effect
+            return latest.provenance if latest is not None else {}
+
+        writer = self._claim(None, check=check)
+        latest: Checkpoint = plan["latest"]
+        effect: EffectRecord = plan["effect"]
+        settled = effect.settled("confirmed" if sent else "not_sent", by="operator", reference=recorded_reference)
+        ledger = latest.ledger.model_copy(update={"effects": {**latest.ledger.effects, effect.idempotency_key: settled}})
+        writer._commit(latest.state, artifacts=None, meta={"resolved": effect.idempotency_key}, ledger=ledger)
+        return settled
 
     def exists(self) -> bool:
         return self._tail()[0] is not None
@@ -315,24 +433,40 @@ class Run:
                 return existing, existing.record.write_id == record.write_id
         raise BackendError(f"could not create {key} after {attempts} attempts")
 
+    def _provenance(self, workflow: Any, workflow_version: Any, provenance: Mapping[str, Any]) -> dict[str, Any]:
+        """Provenance as every record of a claim carries it: JSON, workflow named, redacted."""
+        out = values.json_object(dict(provenance), "provenance")
+        if workflow is not None:
+            out["workflow"] = values.name(str(workflow) if isinstance(workflow, int) else workflow, "workflow")
+        if workflow_version is not None:
+            version = str(workflow_version) if isinstance(workflow_version, int) else workflow_version
+            out["workflow_version"] = values.name(version, "workflow_version")
+        redacted: dict[str, Any] = self.store.options.redactor.redact(out)
+        return redacted
+
     def claim(self, *, workflow: str | None = None, workflow_version: str | None = None, **provenance: Any) -> Writer:
         """Become the run's writer: append a claim record with a higher epoch, fencing older writers.
 
         ``workflow`` and ``workflow_version`` name the code that writes from now on; other keywords
         (model, prompt hash, tool-contract versions, ...) are recorded as provenance. Every
         checkpoint this writer commits carries them."""
+        return self._claim(self._provenance(workflow, workflow_version, provenance))
+
+    def _claim(self, provenance: Mapping[str, Any] | None, *, check: ClaimCheck | None = None) -> Writer:
+        """Append a claim after the current tail. ``check`` sees the checkpoint the claim follows
+        (validated) before each attempt writes anything: it refuses by raising, and may return the
+        provenance to claim with. A claim that loses a race is checked again on the new tail."""
         self._require_atomic_create()
-        if workflow is not None:
-            provenance["workflow"] = str(workflow)
-        if workflow_version is not None:
-            provenance["workflow_version"] = str(workflow_version)
-        provenance = self.store.options.redactor.redact(json_value(provenance, "provenance"))
         writer_id = secrets.token_hex(8)
         for _ in range(64):
             tail, head_etag = self._tail()
+            parent = self._parent_of(tail)
+            claimed = provenance
+            if check is not None:
+                chosen = check(None if parent is None else self._checkpoint(parent))
+                claimed = chosen if chosen is not None else provenance
             seq = tail.record.seq + 1 if tail else 0
             epoch = tail.record.epoch + 1 if tail else 1
-            live = tail is not None and tail.record.kind != "deleted"
             record = CommitRecord(
                 schema_version=RECORD_SCHEMA_VERSION,
                 kind="claim",
@@ -343,16 +477,33 @@ class Run:
                 write_id=secrets.token_hex(16),
                 prev=tail.digest if tail else None,
                 created_at=_now(),
-                checkpoint_seq=tail.record.checkpoint_seq if live and tail else None,
-                provenance=provenance,
+                checkpoint_seq=None if parent is None else parent.seq,
+                provenance=dict(claimed or {}),
             )
             entry, ours = self._put_record(record)
             if not ours:
-                continue  # another writer appended meanwhile: claim above it
-            # A checkpoint at the tail is the new writer's parent, already in hand: no extra read.
-            parent = tail.record if tail is not None and tail.record.kind == "checkpoint" else None
+                continue  # another writer appended meanwhile: check and claim above it
+            self.store.seen.advance(self.run_id, entry)
             writer = Writer(self, entry, head_etag=head_etag, parent=parent)
             _boundaries.reached("between-record-and-pointer", str(seq))
             writer._move_head(seq)
             return writer
         raise ConflictError(f"run {self.run_id!r}: could not claim after 64 attempts", run_id=self.run_id, seq=-1)
+
+
+def _find_effect(run_id: str, effects: Mapping[str, EffectRecord], wanted: str) -> EffectRecord:
+    """The effect with idempotency key ``wanted``, or the only one whose key starts with it."""
+    if wanted in effects:
+        return effects[wanted]
+    matches = [e for k, e in effects.items() if k.startswith(wanted)]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise RunNotFoundError(
+            f"run {run_id!r} has no effect with idempotency key {wanted!r}; `s3ckpt effects RUN` lists them. "
+            "Nothing was written."
+        )
+    raise InvalidArgumentError(
+        f"{wanted!r} is the start of {len(matches)} idempotency keys of run {run_id!r} "
+        f"({', '.join(e.idempotency_key for e in matches[:5])}); give more of the key. Nothing was written."
+    )

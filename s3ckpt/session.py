@@ -1,19 +1,22 @@
 """Sessions: a harness's run as steps and effects, resumable anywhere without repeating either.
 
-``store.resume(run_id, ...)`` claims the run (fencing older writers), loads the latest checkpoint,
-settles the effects whose outcome is unknown, and returns a Session. Inside it:
+``store.resume(run_id, ...)`` checks the run's latest checkpoint against the resuming code (workflow,
+version policy) before it writes anything, then claims the run (fencing older writers), settles the
+effects whose outcome is unknown and returns a Session. Inside it:
 
 - ``step(name, fn)`` returns the recorded result of a step that completed before; otherwise it runs
   ``fn``, runs the acceptance check and commits the result only if the check passes.
 - ``emit(kind, ...)`` commits an intent (with a deterministic idempotency key) before calling
   ``send``, and the outcome after. A confirmed effect is never sent again.
 
-Positions make replays deterministic: the n-th completed step named ``x`` in a scope has the key
-``<scope>/x#n``, and the n-th effect of kind ``k`` in a scope the position ``<scope>/k#n``; a step's
-body is the scope of what it calls. The idempotency key is derived from the run, the position and
-the kind, so the same code emitting the same effect on a resume presents the same key, to the
-ledger and to the provider. A retried step (after a rejection or an error) emits at the same
-positions, so an effect it already caused is not caused again.
+Positions make replays deterministic, and they count only what happened: the n-th *completed* step
+named ``x`` in a scope has the key ``<scope>x#n``, and the n-th *confirmed* effect of kind ``k`` in a
+scope the position ``<scope>k#n``; a step's body is the scope of what it calls, and each attempt at
+a step starts its scope afresh. So every way a caller can run the same code again (a retried step, a
+retried emit, a resume in another process) reaches the same positions, and a position's effect is
+sent at most once: while its outcome is unknown nothing more is sent there until a reconciler, an
+operator or an explicit failure settles it. A position issues a new idempotency key only after the
+provider refused the previous one (``failed``) or it was rolled back. See docs/sessions.md.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import pydantic
 
-from . import _boundaries
+from . import _boundaries, values
 from .errors import (
     BudgetExceededError,
     ConflictError,
@@ -46,19 +49,21 @@ from .errors import (
 from .records import AttemptRecord, EffectRecord, Ledger, StepRecord
 from .ref import Ref
 from .workflows import POLICIES, OnVersionChange, compare, resolve
-from .writer import json_value
 
 if TYPE_CHECKING:
     from .checkpoint import Checkpoint
     from .log import Run
+    from .redaction import Redactor
     from .writer import Writer
 
 log = logging.getLogger("s3ckpt")
 
 #: ``reconcile[kind](effect)``: the provider's reference if the effect happened, None if it did not.
 Reconciler = Callable[[EffectRecord], Any]
-_UNSETTLED = ("pending", "unknown")
-_NOT_HAPPENED = ("failed", "not_sent")
+UNSETTLED = frozenset({"pending", "unknown"})
+#: Outcomes after which a position may issue a new idempotency key: the provider refused the
+#: request, or the effect was compensated by a rollback.
+_RENEWS_KEY = frozenset({"failed", "rolled_back"})
 
 
 def _now() -> datetime:
@@ -70,25 +75,22 @@ def payload_hash(payload: Any) -> str:
     if isinstance(payload, bytes | bytearray | memoryview):
         data = bytes(payload)
     else:
-        if isinstance(payload, pydantic.BaseModel):
-            payload = payload.model_dump(mode="json")
-        try:
-            data = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
-        except (TypeError, ValueError) as exc:
-            raise InvalidArtifactError(f"an effect's payload must be bytes or JSON-compatible: {exc}") from None
+        value = values.json_value(payload, "the effect's payload")
+        data = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-def derive_idempotency_key(run_id: str, generation: int, position: str, kind: str) -> str:
-    """Deterministic: the same run, position and kind give the same key on every resume."""
-    material = "\0".join((run_id, str(generation), position, kind)).encode()
+def derive_idempotency_key(store_id: str, run_id: str, position: str, kind: str, index: int) -> str:
+    """The ``index``-th key of a position: the same store, run and position give the same key on
+    every host and every resume, and no two stores (or runs, or positions) share one."""
+    material = "\0".join(("s3ckpt/v2 effect", store_id, run_id, position, kind, str(index))).encode()
     return "s3c-" + hashlib.sha256(material).hexdigest()[:40]
 
 
 def _describe(effect: EffectRecord) -> str:
     return (
-        f"{effect.kind} to {effect.target!r} (idempotency key {effect.idempotency_key}, position {effect.position}, "
-        f"{effect.status} since {effect.intent_at.isoformat()})"
+        f"{effect.kind} to {json.dumps(effect.target)[:80]} (idempotency key {effect.idempotency_key}, position "
+        f"{effect.position}, {effect.status} since {effect.intent_at.isoformat()})"
     )
 
 
@@ -103,9 +105,11 @@ class Session:
         *,
         reset_steps: bool,
         budget: Mapping[str, float] | None,
+        reconcile: Mapping[str, Reconciler] | None = None,
     ) -> None:
         self.run = run
         self._writer = writer
+        self._redactor: Redactor = run.store.options.redactor
         ledger = checkpoint.ledger if checkpoint is not None else Ledger()
         #: The harness's own small state, saved with every commit.
         self.state: Any = checkpoint.state if checkpoint is not None and not reset_steps else {}
@@ -114,10 +118,16 @@ class Session:
         self._steps: dict[str, StepRecord] = {} if reset_steps else dict(ledger.steps)
         self._attempts: list[AttemptRecord] = list(ledger.attempts)
         self._effects: dict[str, EffectRecord] = dict(ledger.effects)
+        #: position -> idempotency keys issued there, oldest first
+        self._keys_at: dict[str, list[str]] = {}
+        for key, effect in self._effects.items():
+            self._keys_at.setdefault(effect.position, []).append(key)
         self._spent: dict[str, int | float] = dict(ledger.budget)
         self._generation = ledger.generation
-        self._limits = dict(budget or {})
-        self._counters: Counter[str] = Counter()
+        self._limits = {self._name(unit, "a budget unit"): limit for unit, limit in (budget or {}).items()}
+        self._reconcile: Mapping[str, Reconciler] = reconcile if reconcile is not None else {}
+        #: scope -> how many steps completed and effects confirmed there, per name (this attempt)
+        self._counters: dict[str, Counter[str]] = {"": Counter()}
         self._scopes: list[str] = [""]
         self._emitted: list[list[str]] = [[]]
         self._stopped: S3ckptError | None = None
@@ -154,20 +164,30 @@ class Session:
         """The recorded result if this step completed before; otherwise run ``fn(*args, **kwargs)``,
         check it with ``accept`` and commit it only if the check passes (else StepRejectedError)."""
         self._check_running()
+        name = self._name(name, "a step name")
+        if not callable(fn) or (accept is not None and not callable(accept)):
+            raise InvalidArtifactError(f"step {name!r}: fn and accept must be callables")
         scope = self._scopes[-1]
-        key = f"{scope}{name}#{self._counters[scope + '/' + name]}"
+        counters = self._counters[scope]
+        key = f"{scope}{_escape(name)}#{counters['step ' + name]}"
         recorded = self._steps.get(key)
         if recorded is not None:
-            self._counters[scope + "/" + name] += 1
+            counters["step " + name] += 1
             return _decode_result(recorded, fn)
         self._check_budget(f"step {name!r}")
         attempt = sum(1 for a in self._attempts if a.step == key)
+        # Every attempt starts its scope afresh, so it reaches the same positions as the last one.
+        self._counters[key + "/"] = Counter()
         self._scopes.append(key + "/")
         self._emitted.append([])
         _boundaries.reached("step-start", key)
+        result_type: Any = None
+        value: Any = None
         try:
             result = fn(*args, **kwargs)
             accepted = True if accept is None else bool(accept(result))
+            if accepted:
+                result_type, value = _encode_result(result, name)
         except Exception as exc:
             emitted = self._leave_scope()
             if not isinstance(exc, ConflictError) and self._stopped is None:
@@ -184,9 +204,9 @@ class Session:
             self._record_attempt(key, attempt, "rejected", "the acceptance check returned False", emitted)
             raise StepRejectedError(
                 f"step {name!r} ({key}, attempt {attempt}) was rejected by its acceptance check; it is not a resume "
-                "point, and its attempt and effects are recorded. Retry it, or change the step."
+                "point, and its attempt and effects are recorded. Retry it: a retry reaches the same effects, so what "
+                "the rejected attempt sent is not sent again."
             )
-        result_type, value = _encode_result(result, name)
         self._steps[key] = StepRecord(
             key=key,
             name=name,
@@ -196,7 +216,7 @@ class Session:
             provenance=self.provenance,
             effects=tuple(emitted),
         )
-        self._counters[scope + "/" + name] += 1
+        counters["step " + name] += 1
         self._commit()
         _boundaries.reached("step-committed", key)
         _boundaries.reached("after-step", key)
@@ -216,76 +236,110 @@ class Session:
         """Cause an external effect at most once per position: record the intent, call
         ``send(idempotency_key)``, record the reference it returns, and return that reference.
 
-        On a resume, a confirmed effect is not sent again: its recorded reference is returned. The
-        same key with a different payload raises EffectMismatchError and stops the session. An
-        exception from ``send`` leaves the outcome unknown, unless it is an EffectFailedError or one of
-        ``failed_on`` (the provider did not act): then the effect is failed and may be sent again.
-        The payload is stored only as its hash unless ``store_payload``."""
+        A confirmed effect is not sent again: its recorded reference is returned. An effect whose
+        outcome is unknown (``send`` raised, or the process died inside it) blocks its position:
+        ``reconcile[kind]`` (given to ``resume``) is asked, else UnknownOutcomeError is raised and
+        nothing is sent. ``send`` raising EffectFailedError, or one of ``failed_on``, means the
+        provider did not act: the next emit at that position sends again, under a new key. Another
+        target or payload at a position whose effect happened raises EffectMismatchError and stops the
+        session. The payload is stored only as its hash unless ``store_payload``."""
         self._check_running()
+        kind = self._name(kind, "an effect kind")
+        if not callable(send):
+            raise InvalidArtifactError(f"effect {kind!r}: send must be a callable send(idempotency_key)")
+        failed_types = _exception_types(failed_on, kind)
+        raw_key = None if idempotency_key is None else values.name(idempotency_key, "an idempotency_key")
+        caller_key = None if raw_key is None else self._redactor.redact_text(raw_key)
         scope = self._scopes[-1]
-        position = f"{scope}{kind}#{self._counters[scope + '/!' + kind]}"
-        self._counters[scope + "/!" + kind] += 1
-        key = idempotency_key or derive_idempotency_key(self.run_id, self._generation, position, kind)
+        counters = self._counters[scope]
+        position = f"{scope}{_escape(kind)}#{counters['effect ' + kind]}"
         digest = payload_hash(payload)
-        existing = self._effects.get(key)
-        if existing is not None:
-            if existing.payload_hash != digest:
+        target_value = self._redactor.redact(values.json_value(target, "the effect's target"))
+        stored_payload = self._redactor.redact(values.json_value(payload, "the payload")) if store_payload else None
+
+        latest = self._latest_at(position, caller_key)
+        if latest is not None and latest.status in UNSETTLED:
+            latest = self._settle_in_session(latest)
+        if latest is not None and latest.status == "confirmed":
+            if (latest.target, latest.payload_hash) != (target_value, digest):
+                refused = self._refused_here(position, target_value, digest)
+                if refused is not None:
+                    # A replay: this effect was refused here before another one took the position.
+                    raise EffectFailedError(
+                        f"{_describe(refused)} was refused by the provider ({refused.error}), and the position was taken "
+                        "by a later effect; replayed, not sent again"
+                    )
                 self._stopped = EffectMismatchError(
-                    f"effect {kind!r} with idempotency key {key} was recorded with payload {existing.payload_hash} and is "
-                    f"now emitted with {digest}: the code or its inputs changed under a recorded effect. The session "
-                    "stopped; nothing was sent. Give the new effect its own idempotency_key, or roll the run back."
+                    f"effect {kind!r} at {position} (idempotency key {latest.idempotency_key}) was sent to "
+                    f"{json.dumps(latest.target)[:80]} with payload {latest.payload_hash} and is now emitted to "
+                    f"{json.dumps(target_value)[:80]} with {digest}: the code or its inputs changed under an effect that "
+                    "happened. The session stopped; nothing was sent. Give the new effect its own kind or "
+                    "idempotency_key, or roll the run back."
                 )
                 raise self._stopped
-            if existing.status == "confirmed":
-                self._emitted[-1].append(key)
-                return existing.reference
-            if existing.status in _UNSETTLED:
-                raise UnknownOutcomeError(
-                    f"the outcome of {_describe(existing)} is unknown; it was not sent again. Resume with "
-                    f"reconcile={{{kind!r}: ...}} to decide it.",
-                    effects=[existing],
-                )
-            if existing.status == "rolled_back":
-                raise EffectMismatchError(f"{_describe(existing)} was rolled back; emit it under a new idempotency_key")
+            counters["effect " + kind] += 1
+            self._emitted[-1].append(latest.idempotency_key)
+            return latest.reference
+        if latest is not None and latest.status == "rolled_back" and caller_key == latest.idempotency_key:
+            raise EffectMismatchError(f"{_describe(latest)} was rolled back; emit it again under a new idempotency_key")
         self._check_budget(f"effect {kind!r}")
-        _boundaries.reached("before-intent", key)
-        stored_payload = None
-        if store_payload:
-            stored_payload = json_value(
-                payload.model_dump(mode="json") if isinstance(payload, pydantic.BaseModel) else payload, "payload"
-            )
+
+        if latest is not None and latest.status not in _RENEWS_KEY:
+            # Not sent (a reconciler or an operator said so): the same request again, under its key.
+            key = raw_key if raw_key is not None and caller_key == latest.idempotency_key else latest.idempotency_key
+        elif raw_key is not None:
+            key = raw_key
+        else:
+            index = len(self._keys_at.get(position, ()))
+            key = derive_idempotency_key(self.run.store.config.store_id, self.run_id, position, kind, index)
+        recorded_key = self._redactor.redact_text(key)
+        _boundaries.reached("before-intent", recorded_key)
+        previous = self._effects.get(recorded_key)
         intent = EffectRecord(
-            idempotency_key=key,
+            idempotency_key=recorded_key,
             kind=kind,
-            target=json_value(target, "target"),
+            target=target_value,
             payload_hash=digest,
             payload=stored_payload,
             position=position,
             status="pending",
             intent_at=_now(),
-            sends=(existing.sends if existing is not None else 0) + 1,
+            sends=(previous.sends if previous is not None else 0) + 1,
         )
-        self._effects[key] = intent
-        self._emitted[-1].append(key)
-        self._commit()  # the intent is durable before anything leaves this process
-        _boundaries.reached("between-intent-and-send", key)
+        self._effects[recorded_key] = intent
+        keys_here = self._keys_at.setdefault(position, [])
+        if recorded_key not in keys_here:
+            keys_here.append(recorded_key)
+        try:
+            self._commit()  # the intent is durable before anything leaves this process
+        except BaseException:
+            # Nothing was sent: forget the intent, so a retry is not blocked by an effect that never was.
+            self._forget_intent(recorded_key, previous, position)
+            raise
+        self._emitted[-1].append(recorded_key)
+        _boundaries.reached("between-intent-and-send", recorded_key)
         try:
             reference = send(key)
         except Exception as exc:
-            failed = isinstance(exc, EffectFailedError) or (bool(failed_on) and isinstance(exc, failed_on))
+            failed = isinstance(exc, (EffectFailedError, *failed_types))
             status: Any = "failed" if failed else "unknown"
-            self._settle(key, status, error=f"{type(exc).__name__}: {exc}", by="send")
+            error = self._redactor.redact_text(f"{type(exc).__name__}: {exc}")
+            self._settle(recorded_key, status, error=error, by="send")
             raise
-        reference = json_value(reference, "the reference send returned")
-        self._settle(key, "confirmed", reference=reference, by="send")
-        _boundaries.reached("after-confirm", key)
+        reference = self._redactor.redact(values.json_value(reference, "the reference send returned"))
+        self._settle(recorded_key, "confirmed", reference=reference, by="send")
+        counters["effect " + kind] += 1
+        _boundaries.reached("after-confirm", recorded_key)
         return reference
 
     def spend(self, **amounts: float) -> dict[str, int | float]:
         """Add to the budget spent, per unit (``spend(tokens=1200, usd=0.03)``); saved with every commit."""
+        checked: dict[str, int | float] = {}
         for unit, amount in amounts.items():
             if isinstance(amount, bool) or not isinstance(amount, int | float) or not math.isfinite(amount):
                 raise InvalidArtifactError(f"spend({unit}=...) takes a finite number, not {amount!r}")
+            checked[self._name(unit, "a budget unit")] = amount
+        for unit, amount in checked.items():
             self._spent[unit] = self._spent.get(unit, 0) + amount
         return self.budget
 
@@ -311,6 +365,10 @@ class Session:
 
     # -- internals -----------------------------------------------------------------------
 
+    def _name(self, value: Any, what: str) -> str:
+        """A name as it is recorded (and so as positions are built): checked, then redacted."""
+        return self._redactor.redact_text(values.name(value, what))
+
     def _check_running(self) -> None:
         if self._stopped is not None:
             raise self._stopped
@@ -333,9 +391,55 @@ class Session:
         self._emitted[-1].extend(emitted)
         return emitted
 
+    def _latest_at(self, position: str, caller_key: str | None) -> EffectRecord | None:
+        """The effect that decides what an emit at ``position`` does: the one recorded under the
+        caller's key if there is one, else the newest at the position."""
+        if caller_key is not None:
+            found = self._effects.get(self._redactor.redact_text(caller_key))
+            if found is not None:
+                return found
+        keys = self._keys_at.get(position)
+        return self._effects[keys[-1]] if keys else None
+
+    def _settle_in_session(self, effect: EffectRecord) -> EffectRecord:
+        """Decide an effect whose outcome is unknown before anything more is sent at its position."""
+        try:
+            decide = self._reconcile[effect.kind]  # not .get(): a defaultdict answers only through []
+        except KeyError:
+            raise UnknownOutcomeError(
+                f"the outcome of {_describe(effect)} is unknown, so nothing more is sent at that position. Give "
+                f"resume(reconcile={{{effect.kind!r}: fn}}) to decide it (fn(effect) returns the provider's reference if it "
+                "happened, None if not), or settle it with `s3ckpt resolve RUN KEY --sent REF | --not-sent`.",
+                effects=[effect],
+            ) from None
+        return _reconcile_one(self, effect, decide)
+
+    def _refused_here(self, position: str, target: Any, digest: str) -> EffectRecord | None:
+        for key in self._keys_at.get(position, ()):
+            effect = self._effects[key]
+            if effect.status == "failed" and (effect.target, effect.payload_hash) == (target, digest):
+                return effect
+        return None
+
+    def _forget_intent(self, key: str, previous: EffectRecord | None, position: str) -> None:
+        if previous is not None:
+            self._effects[key] = previous
+        else:
+            self._effects.pop(key, None)
+            keys_here = self._keys_at.get(position, [])
+            if key in keys_here:
+                keys_here.remove(key)
+
     def _record_attempt(self, key: str, attempt: int, outcome: Any, reason: str, emitted: list[str]) -> None:
         self._attempts.append(
-            AttemptRecord(step=key, attempt=attempt, outcome=outcome, reason=reason, at=_now(), effects=tuple(emitted))
+            AttemptRecord(
+                step=key,
+                attempt=attempt,
+                outcome=outcome,
+                reason=self._redactor.redact_text(reason),
+                at=_now(),
+                effects=tuple(emitted),
+            )
         )
         self._commit()
 
@@ -354,7 +458,10 @@ class Session:
         )
 
     def _snapshot(self) -> str:
-        state = json.dumps(self.state, sort_keys=True, default=str)
+        try:
+            state = json.dumps(self.state, sort_keys=True, default=repr)
+        except (TypeError, ValueError, RecursionError):
+            state = repr(self.state)  # the commit itself says what is wrong with it
         return state + "\0" + self._ledger().model_dump_json()
 
     def _commit(
@@ -372,15 +479,39 @@ class Session:
         return checkpoint
 
 
+def _escape(name: str) -> str:
+    """A name as part of a position: ``#`` and ``%`` escaped, so ``#<n>/`` only ever separates scopes
+    (a top-level step named ``a#0/b`` is not the step ``b`` inside ``a#0``)."""
+    return name.replace("%", "%25").replace("#", "%23")
+
+
+def _exception_types(failed_on: Any, kind: str) -> tuple[type[BaseException], ...]:
+    types = failed_on if isinstance(failed_on, tuple) else (failed_on,)
+    if not all(isinstance(t, type) and issubclass(t, BaseException) for t in types):
+        raise InvalidArtifactError(f"effect {kind!r}: failed_on must be an exception type or a tuple of them")
+    return types
+
+
+def _reconcile_one(session: Session, effect: EffectRecord, decide: Reconciler) -> EffectRecord:
+    reference = decide(effect)
+    if reference is None:
+        session._settle(effect.idempotency_key, "not_sent", by="reconcile")
+    else:
+        reference = session._redactor.redact(values.json_value(reference, "the reconciled reference"))
+        session._settle(effect.idempotency_key, "confirmed", reference=reference, by="reconcile")
+    return session._effects[effect.idempotency_key]
+
+
 def _encode_result(result: Any, name: str) -> tuple[Any, Any]:
     if isinstance(result, Ref):
         return "ref", result.model_dump(mode="json")
     if isinstance(result, pydantic.BaseModel):
-        return "model", result.model_dump(mode="json")
-    try:
-        return "json", json_value(result, f"the result of step {name!r}")
-    except InvalidArtifactError as exc:
-        raise InvalidArtifactError(f"{exc}; return a pydantic model, or a s3ckpt.Ref to content stored elsewhere") from None
+        return "model", values.json_value(result, f"the result of step {name!r}")
+    if isinstance(result, bytes | bytearray | memoryview):
+        raise InvalidArtifactError(
+            f"the result of step {name!r} is bytes; return a pydantic model, or a s3ckpt.Ref to content stored elsewhere"
+        )
+    return "json", values.json_value(result, f"the result of step {name!r}")
 
 
 def _decode_result(step: StepRecord, fn: Callable[..., Any]) -> Any:
@@ -402,6 +533,26 @@ def _return_model(fn: Callable[..., Any]) -> type[pydantic.BaseModel] | None:
     return hint if isinstance(hint, type) and issubclass(hint, pydantic.BaseModel) else None
 
 
+def _check_arguments(
+    on_version_change: Any, reconcile: Any, budget: Any
+) -> tuple[Mapping[str, Reconciler] | None, dict[str, float]]:
+    if on_version_change not in POLICIES:
+        raise InvalidArtifactError(f"on_version_change must be one of {', '.join(POLICIES)}, not {on_version_change!r}")
+    if reconcile is not None and not isinstance(reconcile, Mapping):
+        raise InvalidArtifactError("reconcile must be a mapping {kind: fn(effect) -> reference or None}")
+    for kind, fn in (reconcile or {}).items():
+        if not callable(fn):
+            raise InvalidArtifactError(f"reconcile[{kind!r}] must be a function fn(effect) -> reference or None")
+    limits: dict[str, float] = {}
+    if budget is not None and not isinstance(budget, Mapping):
+        raise InvalidArtifactError("budget must be a mapping {unit: limit}, e.g. {'usd': 5}")
+    for unit, limit in (budget or {}).items():
+        if isinstance(limit, bool) or not isinstance(limit, int | float) or not math.isfinite(limit) or limit < 0:
+            raise InvalidArtifactError(f"budget[{unit!r}] must be a finite number >= 0, not {limit!r}")
+        limits[values.name(unit, "a budget unit")] = limit
+    return reconcile, limits
+
+
 def open_session(
     run: Run,
     *,
@@ -412,58 +563,61 @@ def open_session(
     on_version_change: OnVersionChange,
     budget: Mapping[str, float] | None,
 ) -> Session:
-    """Claim the run, load and validate its latest checkpoint, apply the version policy, and settle
-    the effects whose outcome is unknown."""
-    if on_version_change not in POLICIES:
-        raise InvalidArtifactError(f"on_version_change must be one of {', '.join(POLICIES)}, not {on_version_change!r}")
-    provenance = dict(provenance or {})
-    writer = run.claim(workflow=workflow, workflow_version=workflow_version, **provenance)
-    checkpoint = writer.parent_checkpoint()
-    reset_steps = False
-    if checkpoint is not None:
-        recorded_workflow = checkpoint.provenance.get("workflow")
-        if recorded_workflow is not None and recorded_workflow != workflow:
-            raise IncompatibleSchemaError(
-                f"run {run.run_id!r} belongs to workflow {recorded_workflow!r}, not {workflow!r}; resume it with its own "
-                "workflow, or start a new run id",
-                found=recorded_workflow,
-                supported=workflow,
-            )
-        provenance = json_value(provenance, "provenance")
-        change = compare(checkpoint.provenance, workflow_version=str(workflow_version), provenance=provenance)
-        if change.any:
-            log.info("run %r resumes under a change (%s): %s", run.run_id, on_version_change, change.describe())
-        if on_version_change == "invalidate" and change.any:
-            reset_steps = True  # completed steps run again; effects and spending stay recorded
-        else:
-            checkpoint = resolve(
-                checkpoint,
-                run.store.migrations,
-                workflow_version=str(workflow_version),
-                provenance=provenance,
-                on_version_change=on_version_change,
-            )
-    session = Session(run, writer, checkpoint, reset_steps=reset_steps, budget=budget)
-    _reconcile(session, reconcile if reconcile is not None else {})  # an empty defaultdict still answers
+    """Check the arguments and the run's latest checkpoint against the resuming code, and only then
+    claim the run; then settle the effects whose outcome is unknown."""
+    reconcile, limits = _check_arguments(on_version_change, reconcile, budget)
+    workflow = values.name(workflow, "workflow")
+    version: Any = workflow_version
+    workflow_version = values.name(str(version) if isinstance(version, int) else version, "workflow_version")
+    recorded_provenance = run._provenance(workflow, workflow_version, values.json_object(provenance, "provenance"))
+    # Compared as recorded: a secret in the provenance is recorded redacted, and is no change.
+    compared = {k: v for k, v in recorded_provenance.items() if k not in ("workflow", "workflow_version")}
+    plan: dict[str, Any] = {}
+
+    def check(parent: Checkpoint | None) -> None:
+        """Runs on the checkpoint the claim will follow, before the claim is written."""
+        checkpoint, reset_steps = parent, False
+        if parent is not None:
+            recorded_workflow = parent.provenance.get("workflow")
+            if recorded_workflow is not None and recorded_workflow != workflow:
+                raise IncompatibleSchemaError(
+                    f"run {run.run_id!r} belongs to workflow {recorded_workflow!r}, not {workflow!r}; resume it with its "
+                    "own workflow, or start a new run id. Nothing was written.",
+                    found=recorded_workflow,
+                    supported=workflow,
+                )
+            change = compare(parent.provenance, workflow_version=workflow_version, provenance=compared)
+            if change.any:
+                log.info("run %r resumes under a change (%s): %s", run.run_id, on_version_change, change.describe())
+            if on_version_change == "invalidate" and change.any:
+                reset_steps = True  # completed steps run again; effects and spending stay recorded
+            else:
+                checkpoint = resolve(
+                    parent,
+                    run.store.migrations,
+                    workflow_version=workflow_version,
+                    provenance=compared,
+                    on_version_change=on_version_change,
+                )
+        plan["checkpoint"], plan["reset_steps"] = checkpoint, reset_steps
+
+    writer = run._claim(recorded_provenance, check=check)
+    session = Session(
+        run, writer, plan["checkpoint"], reset_steps=plan["reset_steps"], budget=limits, reconcile=reconcile
+    )
+    _reconcile_at_resume(session)
     return session
 
 
-def _reconcile(session: Session, reconcile: Mapping[str, Reconciler]) -> None:
+def _reconcile_at_resume(session: Session) -> None:
     """Ask the reconcilers about every effect with an intent and no outcome; raise for the rest."""
-    unsettled = [e for e in session.effects if e.status in _UNSETTLED]
-    for effect in unsettled:
+    for effect in [e for e in session.effects if e.status in UNSETTLED]:
         try:
-            decide = reconcile[effect.kind]  # not .get(): a defaultdict answers only through []
+            decide = session._reconcile[effect.kind]
         except KeyError:
             continue
-        reference = decide(effect)
-        if reference is None:
-            session._settle(effect.idempotency_key, "not_sent", by="reconcile")
-        else:
-            session._settle(
-                effect.idempotency_key, "confirmed", reference=json_value(reference, "reconciled reference"), by="reconcile"
-            )
-    left = [e for e in session.effects if e.status in _UNSETTLED]
+        _reconcile_one(session, effect, decide)
+    left = [e for e in session.effects if e.status in UNSETTLED]
     if left:
         kinds = sorted({e.kind for e in left})
         raise UnknownOutcomeError(

@@ -31,7 +31,7 @@ from .errors import (
     UnsupportedBackendError,
 )
 from .keyring import UserKey, matches, parse_key, unwrap_master_key, wrap_master_key
-from .log import Run
+from .log import Run, SeenTails
 from .records import FORMAT_VERSION, KEYFILE_VERSION, RECORD_SCHEMA_VERSION, ChunkerParams, KeyFile, StoreConfig
 from .redaction import DEFAULT_REDACTOR, Redactor
 from .workflows import OnVersionChange, StateMigration, WorkflowMigrations
@@ -83,6 +83,8 @@ class Store:
         self.pool = ThreadPoolExecutor(max_workers=options.concurrency, thread_name_prefix="s3ckpt")
         self.blobs = BlobStore(backend, self.cipher, config.chunker, self.pool, max_inflight=2 * options.concurrency)
         self.migrations = WorkflowMigrations()
+        #: The newest record of each run this object has seen: a log never goes backwards.
+        self.seen = SeenTails()
 
     def __repr__(self) -> str:
         return f"Store({self.backend.url!r}, id={self.config.store_id})"

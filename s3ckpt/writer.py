@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pydantic
 
-from . import _boundaries, codec
+from . import _boundaries, codec, values
 from ._names import head_key
 from .backends import Match, PutMode
 from .blobs import WriteStats, open_source
@@ -62,9 +62,8 @@ class Writer:
         self._prev = claim.digest
         self._checkpoint_seq = claim.record.checkpoint_seq
         self._head_etag = head_etag
-        # The latest checkpoint: its artifacts carry forward, and its chunks are reused.
+        # The latest checkpoint (the claim found it): its artifacts carry forward, its chunks are reused.
         self._parent: CommitRecord | None = parent
-        self._parent_loaded = parent is not None or claim.record.checkpoint_seq is None
         self._lock = threading.Lock()
         self._stopped: ConflictError | None = None
         self.last_stats = WriteStats()
@@ -76,10 +75,6 @@ class Writer:
         return self._next_seq
 
     def _parent_record(self) -> CommitRecord | None:
-        if not self._parent_loaded:
-            entry = self.run._load(self._checkpoint_seq)  # type: ignore[arg-type]
-            self._parent = entry.record if entry else None
-            self._parent_loaded = True
         return self._parent
 
     def parent_checkpoint(self) -> Checkpoint | None:
@@ -130,7 +125,11 @@ class Writer:
             store = self.run.store
             redactor = store.options.redactor
             normalized, state_text = _json_state(state, redactor)
-            meta_value = redactor.redact(json_value(dict(meta or {}), "meta"))
+            meta_value = redactor.redact(values.json_object(meta, "meta"))
+            if artifacts is not None and not isinstance(artifacts, Mapping):
+                raise InvalidArtifactError(
+                    f"artifacts must be a dict {{name: bytes | path | binary file}}, not {type(artifacts).__name__}"
+                )
             parent = self._parent_record()
             ledger_value, ledger_text = self._ledger(ledger, parent, redactor)
             stored_ledger = ledger_value
@@ -144,6 +143,11 @@ class Writer:
             if base is None:
                 base = parent.artifacts if parent is not None else {}
             manifests = dict(base)
+            if len(set(manifests) | set(artifacts or {})) > values.MAX_ARTIFACTS:
+                raise InvalidArtifactError(
+                    f"a checkpoint holds at most {values.MAX_ARTIFACTS} artifacts (with those carried forward); drop some "
+                    "with artifacts={name: None}, or pack small files into one archive. Nothing was committed."
+                )
             try:
                 if large_state:
                     state_manifest = upload.write(state_text.encode("utf-8"))
@@ -152,8 +156,7 @@ class Writer:
                     ledger_manifest = upload.write(ledger_text.encode("utf-8"))
                     ledger_value = None
                 for name, value in (artifacts or {}).items():
-                    if not isinstance(name, str) or not name:
-                        raise InvalidArtifactError(f"artifact names are non-empty strings, not {name!r}")
+                    name = values.name(name, "an artifact name")
                     if value is None:
                         manifests.pop(name, None)
                         continue
@@ -192,7 +195,8 @@ class Writer:
                 self._stopped = self._conflict(entry)
                 raise self._stopped
             self._next_seq, self._prev = seq + 1, entry.digest
-            self._checkpoint_seq, self._parent, self._parent_loaded = seq, record, True
+            self._checkpoint_seq, self._parent = seq, record
+            self.run.store.seen.advance(self.run.run_id, entry)
             self.last_stats = upload.stats
             _boundaries.reached("between-record-and-pointer", str(seq))
             self._move_head(seq)
@@ -265,21 +269,7 @@ def _redact_entry(entry: _Entry, redactor: Redactor) -> _Entry:
     return type(entry).model_validate_json(json.dumps(redactor.redact(entry.model_dump(mode="json")), ensure_ascii=False))
 
 
-def json_value(value: Any, what: str) -> Any:
-    try:
-        return json.loads(json.dumps(value, allow_nan=False, ensure_ascii=False))
-    except (TypeError, ValueError, RecursionError) as exc:
-        raise InvalidArtifactError(f"{what} must be JSON-compatible (dict, list, str, int, float, bool, None): {exc}") from None
-
-
 def _json_state(state: Any, redactor: Redactor) -> tuple[Any, str]:
     """The state as a redacted JSON value and as text; pydantic models are dumped in JSON mode."""
-    if isinstance(state, pydantic.BaseModel):
-        state = state.model_dump(mode="json")
-    try:
-        value = redactor.redact(json.loads(json.dumps(state, allow_nan=False, ensure_ascii=False)))
-    except (TypeError, ValueError, RecursionError) as exc:
-        raise InvalidArtifactError(
-            f"state must be JSON-compatible data or a pydantic model: {exc}. Put binary data in artifacts=."
-        ) from None
+    value = redactor.redact(values.json_value(state, "state"))
     return value, json.dumps(value, ensure_ascii=False, separators=(",", ":"))

@@ -20,11 +20,19 @@ from s3ckpt import (
     StepRejectedError,
     UnknownOutcomeError,
 )
+from s3ckpt.session import derive_idempotency_key
 
 
 @pytest.fixture
 def store(tmp_path: Path) -> s3ckpt.Store:
-    return s3ckpt.open_store(str(tmp_path / "store"), key=s3ckpt.generate_key())
+    key = s3ckpt.generate_key()
+    opened = s3ckpt.open_store(str(tmp_path / "store"), key=key)
+    opened.test_key = key  # type: ignore[attr-defined]
+    return opened
+
+
+def store_key(store: s3ckpt.Store) -> str:
+    return str(store.test_key)  # type: ignore[attr-defined]
 
 
 def resume(store: s3ckpt.Store, **kwargs: Any) -> s3ckpt.Session:
@@ -116,24 +124,50 @@ def test_emit_records_the_intent_before_sending_and_the_reference_after(store: s
     assert provider.calls == 0
 
 
-def test_idempotency_keys_are_deterministic_and_positional(store: s3ckpt.Store) -> None:
+def test_idempotency_keys_are_deterministic_per_store_run_and_position(store: s3ckpt.Store, tmp_path: Path) -> None:
     keys: list[str] = []
 
-    def fail(key: str) -> str:
+    def lost(key: str) -> str:
+        keys.append(key)
+        raise TimeoutError("no answer")
+
+    # Two store objects (two hosts) on one store: the same position presents the same key.
+    for _ in range(2):
+        again = s3ckpt.open_store(store.backend.url, key=store_key(store))
+        reconcile = {"charge": lambda e: None}
+        with again.resume("order-42", workflow="refund", workflow_version="1", reconcile=reconcile) as session, pytest.raises(
+            TimeoutError
+        ):
+            session.emit("charge", target="card", payload={"i": 0}, send=lost)
+    assert len(keys) == 2
+    assert keys[0] == keys[1]
+    assert keys[0] == derive_idempotency_key(store.config.store_id, "order-42", "charge#0", "charge", 0)
+    # Another store with a run of the same name (another tenant, another environment): another key.
+    other = s3ckpt.open_store(str(tmp_path / "other"), key=s3ckpt.generate_key())
+    with other.resume("order-42", workflow="refund", workflow_version="1") as session, pytest.raises(TimeoutError):
+        session.emit("charge", target="card", payload={"i": 0}, send=lost)
+    assert keys[-1] != keys[0]
+
+
+def test_an_explicit_refusal_gives_the_position_a_new_key(store: s3ckpt.Store) -> None:
+    keys: list[str] = []
+
+    def refuse(key: str) -> str:
         keys.append(key)
         raise EffectFailedError("provider said no")
 
-    for _ in range(2):
-        with resume(store) as session:
-            for i in range(2):
-                with pytest.raises(EffectFailedError):
-                    session.emit("charge", target="card", payload={"i": i}, send=fail)
-    assert keys[:2] == keys[2:]
-    assert keys[0] != keys[1]
-    other = s3ckpt.open_store(str(Path(store.backend.url.removeprefix("file://")).parent / "other"), key=s3ckpt.generate_key())
-    with other.resume("order-43", workflow="refund", workflow_version="1") as session, pytest.raises(EffectFailedError):
-        session.emit("charge", target="card", payload={"i": 0}, send=fail)
-    assert keys[-1] not in keys[:-1]  # another run: another key
+    with resume(store) as session:
+        for _ in range(2):
+            with pytest.raises(EffectFailedError):
+                session.emit("charge", target="card", payload=5, send=refuse)
+    provider = Provider()
+    with resume(store) as session:
+        assert session.emit("charge", target="card", payload=5, send=provider.send) == "ref-1"
+    assert len({*keys, *provider.sent}) == 3  # a refused request is not replayed under its key
+    latest = store.run("order-42").latest()
+    assert latest is not None
+    assert [e.position for e in latest.effects] == ["charge#0"] * 3
+    assert [e.status for e in latest.effects] == ["failed", "failed", "confirmed"]
 
 
 def test_an_unknown_outcome_without_a_reconciler_raises_and_sends_nothing(store: s3ckpt.Store) -> None:

@@ -1,0 +1,148 @@
+"""What a record can hold: JSON values within limits that every reader accepts.
+
+Records are immutable, so a value that commits but cannot be read back bricks a run for good. Every
+value a caller hands to s3ckpt (state, meta, provenance, step results, effect targets, references,
+stored payloads) goes through :func:`json_value` before anything is written: it is checked against
+the limits below and copied into plain JSON (dicts with str keys, lists, str, int, float, bool,
+None), or refused with InvalidArtifactError naming where in the value the problem is. The limits are
+the readers' own, with headroom: pydantic's JSON parser stops at 200 levels of nesting, and a record
+nests a caller's value at most six levels deep (record, ledger, steps, step, result, ...).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import pydantic
+
+from .errors import InvalidArtifactError
+
+#: Containers nested in one value (a list in a dict is two levels).
+MAX_DEPTH: Final = 100
+#: The UTF-8 size of one string.
+MAX_STRING_BYTES: Final = 64 << 20
+#: Decimal digits of one integer (CPython refuses to print longer ones by default).
+MAX_INT_DIGITS: Final = 4000
+#: Names that become part of positions and keys: step names, effect kinds, budget units,
+#: artifact names, idempotency keys.
+MAX_NAME_CHARS: Final = 1024
+#: Artifacts in one checkpoint.
+MAX_ARTIFACTS: Final = 10_000
+#: The JSON of one record as stored (before compression), and what a reader decompresses at most.
+MAX_RECORD_BYTES: Final = 256 << 20
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+#: Where a value sits in the caller's value, as a linked list from the leaf: (parent path, key).
+Path = tuple[Any, str | int] | None
+
+
+def _where(path: Path, what: str) -> str:
+    keys: list[str | int] = []
+    while path is not None:
+        path, key = path
+        keys.append(key)
+    shown = [f"[{p!r:.40}]" for p in reversed(keys)]
+    if len(shown) > 12:
+        shown = [*shown[:6], f"...({len(shown) - 10} more)...", *shown[-4:]]
+    return what + "".join(shown)
+
+
+def _refuse(message: str) -> InvalidArtifactError:
+    return InvalidArtifactError(
+        f"{message}, so it is not JSON-compatible. A checkpoint holds JSON values: dicts with str keys, lists, "
+        f"str, int, finite float, bool and None (pydantic models are stored as their JSON), nested at most {MAX_DEPTH} deep; "
+        "put binary data in artifacts="
+    )
+
+
+def _string(text: str, path: Path, what: str) -> str:
+    if len(text) > MAX_STRING_BYTES // 4:  # cheap bound first: a code point is at most 4 bytes
+        size = len(text.encode("utf-8", "surrogatepass"))
+        if size > MAX_STRING_BYTES:
+            raise _refuse(f"{_where(path, what)} is a string of {size} bytes, over the limit of {MAX_STRING_BYTES}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise _refuse(f"{_where(path, what)} is not valid Unicode text (a lone surrogate at {exc.start})") from None
+    return str.__str__(text) if type(text) is not str else text
+
+
+def _scalar(value: Any, path: Path, what: str) -> Any:
+    if value is None or value is True or value is False:
+        return value
+    if isinstance(value, str):
+        return _string(value, path, what)
+    if isinstance(value, bool):  # a bool subclass is still a bool
+        return bool(value)
+    if isinstance(value, int):
+        number = int(value)
+        # Bits first: str() of a huge int is slow, and CPython refuses it past 4300 digits.
+        if number.bit_length() > MAX_INT_DIGITS * 3.33 or len(str(abs(number))) > MAX_INT_DIGITS:
+            raise _refuse(f"{_where(path, what)} is an integer of more than {MAX_INT_DIGITS} digits")
+        return number
+    real = float(value)
+    if real != real or real in (float("inf"), float("-inf")):
+        raise _refuse(f"{_where(path, what)} is {real}, which JSON cannot carry")
+    return real
+
+
+def json_value(value: Any, what: str) -> Any:
+    """``value`` as plain JSON (tuples become lists, models their JSON), or InvalidArtifactError
+    saying where it breaks a limit. Nothing is recursive, so no value can exhaust the stack."""
+    root: list[Any] = [None]
+    # (value, container to put the copy in, slot in that container, path, depth)
+    stack: list[tuple[Any, Any, Any, Path, int]] = [(value, root, 0, None, 0)]
+    while stack:
+        item, parent, slot, path, depth = stack.pop()
+        if isinstance(item, pydantic.BaseModel):
+            item = item.model_dump(mode="json")
+        if isinstance(item, _SCALARS):
+            parent[slot] = _scalar(item, path, what)
+            continue
+        if isinstance(item, dict):
+            if depth >= MAX_DEPTH:
+                raise _refuse(f"{_where(path, what)} is nested more than {MAX_DEPTH} levels deep")
+            copy: dict[str, Any] = {}
+            parent[slot] = copy
+            for key, child in item.items():
+                if not isinstance(key, str):
+                    raise _refuse(
+                        f"{_where(path, what)} has the key {key!r} of type {type(key).__name__}; JSON keys are strings, "
+                        "so it would come back as a different key"
+                    )
+                key = _string(key, path, what)
+                copy[key] = None
+                stack.append((child, copy, key, (path, key), depth + 1))
+            continue
+        if isinstance(item, list | tuple):
+            if depth >= MAX_DEPTH:
+                raise _refuse(f"{_where(path, what)} is nested more than {MAX_DEPTH} levels deep")
+            items: list[Any] = [None] * len(item)
+            parent[slot] = items
+            stack.extend((child, items, i, (path, i), depth + 1) for i, child in enumerate(item))
+            continue
+        raise _refuse(f"{_where(path, what)} is a {type(item).__name__}")
+    return root[0]
+
+
+def json_object(value: Any, what: str) -> dict[str, Any]:
+    """Like :func:`json_value`, for values that must be a JSON object (meta, provenance)."""
+    if value is None:
+        return {}
+    if isinstance(value, pydantic.BaseModel):
+        value = value.model_dump(mode="json")
+    if not isinstance(value, dict):
+        raise InvalidArtifactError(f"{what} must be a dict with str keys, not {type(value).__name__}")
+    out: dict[str, Any] = json_value(value, what)
+    return out
+
+
+def name(value: Any, what: str) -> str:
+    """A name that becomes part of a position or key: a non-empty str of at most MAX_NAME_CHARS."""
+    if not isinstance(value, str) or not value:
+        raise InvalidArtifactError(f"{what} must be a non-empty str, not {value!r:.80}")
+    if len(value) > MAX_NAME_CHARS:
+        raise InvalidArtifactError(f"{what} is {len(value)} characters long; the limit is {MAX_NAME_CHARS}")
+    return _string(value, None, what)
