@@ -123,32 +123,37 @@ def test_short_reads_are_streamed_correctly(tmp_path: Path) -> None:
     assert cp.read_artifact("x") == data
 
 
-def test_a_file_changed_while_being_checkpointed_is_refused(tmp_path: Path) -> None:
-    import threading
-    import time
+@pytest.mark.parametrize("change", ["in place", "appended"])
+def test_a_file_changed_while_being_checkpointed_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: str
+) -> None:
+    """Another writer changes the file after the commit has chunked its first MiB. The change is
+    made at that moment, not by a thread racing the commit (which a loaded machine can schedule
+    before the commit starts or after it ends), and the file's mtime is first set far in the past,
+    so that even a same-size write moves it whatever the clock's granularity."""
+    from s3ckpt import blobs
 
     store = s3ckpt.open_store(str(tmp_path / "s"), key=s3ckpt.generate_key())
     path = tmp_path / "growing.bin"
-    path.write_bytes(os.urandom(64 << 20))
+    path.write_bytes(os.urandom(16 << 20))
+    os.utime(path, ns=(10**18, 10**18))  # 2001
     writer = store.run("r").claim()
     writer.commit({"v": 1})
-    stop = threading.Event()
+    changed_at: list[int] = []
+    consumed = blobs._MappedFile.consumed
 
-    def scribble() -> None:
-        while not stop.is_set():
+    def consumed_then_changed(self: Any, upto: int) -> None:
+        consumed(self, upto)
+        if not changed_at:
+            changed_at.append(upto)
             with open(path, "r+b") as fh:
-                fh.seek(1 << 20)
+                fh.seek(8 << 20 if change == "in place" else 16 << 20)  # the same size, or longer
                 fh.write(os.urandom(4096))
-            time.sleep(0.001)
 
-    thread = threading.Thread(target=scribble)
-    thread.start()
-    try:
-        with pytest.raises(s3ckpt.InvalidArtifactError, match="changed while it was being checkpointed"):
-            writer.commit({"v": 2}, artifacts={"f": str(path)})
-    finally:
-        stop.set()
-        thread.join()
+    monkeypatch.setattr(blobs._MappedFile, "consumed", consumed_then_changed)
+    with pytest.raises(s3ckpt.InvalidArtifactError, match="changed while it was being checkpointed"):
+        writer.commit({"v": 2}, artifacts={"f": str(path)})
+    assert 0 < changed_at[0] < 16 << 20  # changed mid-commit
     latest = store.run("r").latest()
     assert latest is not None
     assert latest.state == {"v": 1}
