@@ -31,7 +31,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, cast
 from urllib.parse import quote, unquote
@@ -96,6 +96,13 @@ def parse_run_id(run_id: str) -> tuple[str, str] | None:
     return unquote(parts[0]), unquote(parts[1])
 
 
+def _put_writer(record: CommitRecord) -> str:
+    """The writer whose pending writes a put record counts as its own: ``state.wr`` (kept when
+    ``copy_thread`` copies the record), else the record's writer."""
+    state = cast(dict[str, Any], record.state)
+    return str(state.get("wr") or record.writer_id)
+
+
 def _version_key(version: Any) -> str:
     return f"{type(version).__name__}:{version}"
 
@@ -121,9 +128,19 @@ def _idx_name(idxs: Sequence[int]) -> str:
     return name if len(name) <= 64 else "h" + hashlib.sha256(name.encode()).hexdigest()
 
 
-def writes_key(run_id: str, checkpoint_id: str, task_id: str, idxs: Sequence[int]) -> str:
-    """The key of the writes object of one ``put_writes`` call (its writes' indexes, in order)."""
-    return f"{run_prefix(run_id)}writes/{_segment(checkpoint_id)}/{_segment(task_id)}/{_idx_name(idxs)}"
+def writes_prefix(run_id: str, checkpoint_id: str) -> str:
+    """Where the writes objects of one checkpoint live."""
+    return f"{run_prefix(run_id)}writes/{_segment(checkpoint_id)}/"
+
+
+def writes_key(run_id: str, checkpoint_id: str, task_id: str, idxs: Sequence[int], writer: str | None) -> str:
+    """The key of the writes object of one ``put_writes`` call (its writes' indexes, in order) by
+    one writer (a saver's ``writer_id``): no writer's object is ever overwritten by another's.
+    ``writer=None`` is the layout before writers were named (read, never written)."""
+    task = _segment(task_id)
+    if writer is not None:
+        task = f"{task}/{_segment(writer)}"
+    return f"{writes_prefix(run_id, checkpoint_id)}{task}/{_idx_name(idxs)}"
 
 
 @dataclass(frozen=True)
@@ -139,7 +156,13 @@ class _Writes:
     artifacts: dict[str, Manifest]
     #: when it was written (time_ns), the order in which writes of one (task, idx) apply
     t: int
+    #: the saver (``writer_id``) that wrote it; None in objects written before writers were named
+    writer: str | None
     etag: str | None = None
+
+    def ident(self, run_id: str) -> str:
+        """Its name whether it is an object or rides in a record: the key of its object."""
+        return writes_key(run_id, self.checkpoint_id, self.task, [w[0] for w in self.w], self.writer)
 
 
 @dataclass
@@ -204,6 +227,9 @@ class _Log:
     #: parent ids of the puts applied (a checkpoint listed here has its child: no put will
     #: carry its writes any more)
     parents: set[str] = field(default_factory=set)
+    #: checkpoint id -> seqs of the live put records whose parent it is (the latest one says
+    #: which of its pending writes count: docs/langgraph.md, "Pending writes of a checkpoint")
+    children: dict[str, set[int]] = field(default_factory=dict)
     #: notified (on ``lock``) when a put ends or a waiting put_writes is finished
     changed: threading.Condition = field(init=False)
 
@@ -291,6 +317,8 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
             "t": wo.t,
             "a": {name: m.model_dump(mode="json") for name, m in wo.artifacts.items()},
         }
+        if wo.writer is not None:
+            document["wr"] = wo.writer
         return codec.seal_document(self.store.cipher, WRITES_KIND, self._writes_name(wo.key), json.dumps(document).encode())
 
     def _open_writes(self, run_id: str, key: str, sealed: bytes, etag: str | None) -> _Writes:
@@ -305,12 +333,13 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
                 w=[[int(idx), str(channel), dict(ref)] for idx, channel, ref in doc["w"]],
                 artifacts={str(n): Manifest.model_validate_json(json.dumps(m)) for n, m in doc["a"].items()},
                 t=int(doc["t"]),
+                writer=None if doc.get("wr") is None else str(doc["wr"]),
                 etag=etag,
             )
             run = doc["run"]
         except (ValueError, KeyError, TypeError, RecursionError) as exc:
             raise IntegrityError(f"{key} is not a valid LangGraph writes object: {exc}", key=key) from None
-        if run != run_id or writes_key(run_id, wo.checkpoint_id, wo.task, [w[0] for w in wo.w]) != key:
+        if run != run_id or wo.ident(run_id) != key:
             raise IntegrityError(f"{key} holds the writes of another run, checkpoint or task", key=key)
         return wo
 
@@ -357,7 +386,7 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
             result = self.store.backend.put(wo.key, data, mode="overwrite" if special else "create")
         except PreconditionFailedError:
             return None
-        return _Writes(wo.key, wo.checkpoint_id, wo.task, wo.path, wo.w, wo.artifacts, wo.t, result.etag)
+        return replace(wo, etag=result.etag)
 
     # -- the log of a run ----------------------------------------------------------------------
 
@@ -434,6 +463,7 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
             lg.wobjs.clear()
             lg.values.clear()
             lg.forgotten.clear()
+            lg.children.clear()
             lg.digests = {seq: entry.digest}
             return
         if record.kind != "checkpoint" or state.get("lg") != 1 or seq in lg.forgotten:
@@ -444,11 +474,13 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
             lg.puts[state["id"]] = seq
             if state["parent"] is not None:
                 lg.parents.add(state["parent"])
+                lg.children.setdefault(state["parent"], set()).add(seq)
             for channel, ref in state["ch"].items():
                 lg.values[(channel, _version_key(ref["v"]))] = (seq, ref)
+            writer = _put_writer(record)
             for i, (task, path, t, w) in enumerate(state.get("pw") or ()):
                 # pending writes of the parent checkpoint, carried by this record
-                self._add_writes(lg, _Writes(f"@{seq}/{i}", state["parent"], task, path, w, {}, t))
+                self._add_writes(lg, _Writes(f"@{seq}/{i}", state["parent"], task, path, w, {}, t, writer))
         elif op == "forget":
             for first, last in state["seqs"]:
                 for gone in range(first, last + 1):
@@ -464,6 +496,11 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
         cid: str = state["id"]
         if state["op"] == "put" and lg.puts.get(cid) == seq:
             del lg.puts[cid]
+        siblings = lg.children.get(state.get("parent") or "")
+        if siblings is not None:
+            siblings.discard(seq)
+            if not siblings:
+                del lg.children[state["parent"]]
         for i in range(len(state.get("pw") or ())):
             S3ckptSaver._remove_writes(lg, f"@{seq}/{i}")
 
@@ -622,6 +659,11 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
                 "metadata": typed_metadata,
                 "ch": refs,
             }
+            if parent_id is not None:
+                # The parent's pending writes this checkpoint was computed from: this saver's own
+                # (named by "wr", whenever they land) and the others' it read ("wf").
+                state["wr"] = self.writer_id
+                state["wf"] = self._read_from(lg, parent_id)
             # put_writes calls waiting for this record: the pending writes of its parent ride in it
             taken = self._take(lg, parent_id)
             if taken:
@@ -639,6 +681,15 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
                 lg.changed.notify_all()
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}}
 
+    def _read_from(self, lg: _Log, parent_id: str) -> builtins.list[str]:
+        """The other writers' writes of ``parent_id`` that count as this saver has read them: the
+        ones a graph here was handed (the graph replaces a task's writes it ran again with its
+        own). Kept as their idents below the parent's writes prefix."""
+        run_id = lg.run.run_id
+        prefix = writes_prefix(run_id, parent_id)
+        read = {wo.ident(run_id) for _, _, _, _, wo, _ in self._pending(lg, parent_id) if wo.writer != self.writer_id}
+        return sorted(ident[len(prefix) :] for ident in read)
+
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
         thread_id, ns, checkpoint_id = self._where(config)
         if checkpoint_id is None:
@@ -648,7 +699,10 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
         # run while the next put commits (LangGraph's async durability submits both at once).
         me: _Waiting | None = None
         with lg.lock:
-            stored = {(task, idx) for task, _, idx, _, _, _ in self._pending(lg, checkpoint_id)}
+            # idempotent per writer: a repeat of this saver's own write is skipped; another
+            # writer's write of the same (task, idx) does not stand in for it
+            own = self._pending(lg, checkpoint_id, writer=self.writer_id)
+            stored = {(task, idx) for task, _, idx, _, _, _ in own}
             known, _ = self._known(lg, checkpoint_id)
             busy = lg.puts_active > 0 or time.monotonic() - lg.last_put_end < _WAIT_GRACE
             if busy and checkpoint_id not in lg.parents and len(lg.waiting) < _MAX_RIDERS:
@@ -730,8 +784,8 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
             raise
         if not entries:
             return
-        key = writes_key(lg.run.run_id, checkpoint_id, task_id, [e[0] for e in entries])
-        wo = _Writes(key, checkpoint_id, task_id, task_path, entries, artifacts, time.time_ns())
+        key = writes_key(lg.run.run_id, checkpoint_id, task_id, [e[0] for e in entries], self.writer_id)
+        wo = _Writes(key, checkpoint_id, task_id, task_path, entries, artifacts, time.time_ns(), self.writer_id)
         if me is not None and not artifacts and self._ride(lg, me, wo):
             return
         stored_wo = self._store_writes(lg, wo)
@@ -786,12 +840,49 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
             return me.stored
 
     @staticmethod
-    def _pending(lg: _Log, checkpoint_id: str) -> builtins.list[tuple[str, str, int, str, _Writes, _Ref]]:
-        """The writes of a checkpoint: (task, channel, idx, path, object, ref) in writes_sort_key
-        order. Objects apply in the order they were written: the first write of a (task, idx)
-        wins; special (negative idx) writes overwrite."""
+    def _pin(lg: _Log, checkpoint_id: str) -> tuple[str, set[str]] | None:
+        """What the latest live child of a checkpoint was computed from: its writer (whose writes of
+        the checkpoint are its own) and the idents of the other writers' writes it read (``wf``).
+        None when the checkpoint has no child (or only one written before children said so)."""
+        seqs = lg.children.get(checkpoint_id)
+        if not seqs:
+            return None
+        record = lg.records[max(seqs)]
+        state = cast(dict[str, Any], record.state)
+        if "wf" not in state:
+            return None
+        prefix = writes_prefix(lg.run.run_id, checkpoint_id)
+        return _put_writer(record), {prefix + tail for tail in state["wf"]}
+
+    @classmethod
+    def _counted(cls, lg: _Log, checkpoint_id: str) -> builtins.list[_Writes]:
+        """The writes (objects, or carried by records) of a checkpoint that count. Without a child,
+        all of them. With one, those its latest child was computed from: for a task its writer
+        wrote, that writer's writes only; for any other task, the writes the child's writer read
+        (``wf``). A host that lost the race to commit the child wrote its writes too; they are
+        kept, and never count."""
+        objects = [lg.wobjs[k] for k in lg.writes.get(checkpoint_id, ())]
+        pin = cls._pin(lg, checkpoint_id)
+        if pin is None:
+            return objects
+        writer, read = pin
+        run_id = lg.run.run_id
+        own = {wo.task for wo in objects if wo.writer == writer}
+        return [wo for wo in objects if (wo.writer == writer if wo.task in own else wo.ident(run_id) in read)]
+
+    @classmethod
+    def _pending(
+        cls, lg: _Log, checkpoint_id: str, *, writer: str | None = None
+    ) -> builtins.list[tuple[str, str, int, str, _Writes, _Ref]]:
+        """The pending writes of a checkpoint (only ``writer``'s when given): (task, channel, idx,
+        path, object, ref) in writes_sort_key order. Objects apply in the order they were written:
+        the first write of a (task, idx) wins; special (negative idx) writes overwrite."""
         found: dict[tuple[str, int], tuple[str, str, int, str, _Writes, _Ref]] = {}
-        objects = sorted((lg.wobjs[k] for k in lg.writes.get(checkpoint_id, ())), key=lambda wo: (wo.t, wo.key))
+        if writer is None:
+            counted = cls._counted(lg, checkpoint_id)
+        else:
+            counted = [lg.wobjs[k] for k in lg.writes.get(checkpoint_id, ()) if lg.wobjs[k].writer == writer]
+        objects = sorted(counted, key=lambda wo: (wo.t, wo.key))
         for wo in objects:
             for idx, channel, ref in wo.w:
                 key = (wo.task, idx)
@@ -829,8 +920,9 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
         thread_id, ns, checkpoint_id = self._where(config)
         lg = self._log_of(thread_id, ns)
         with lg.commit, lg.lock:
-            if checkpoint_id is None or checkpoint_id not in lg.puts:
-                self._sync(lg)
+            # Always one LIST, also for a checkpoint this saver knows: another host may have
+            # stored writes for it (or committed its child) since.
+            self._sync(lg)
             if checkpoint_id is None:
                 if not lg.puts:
                     return None
@@ -920,19 +1012,38 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
 
     def _forget(self, lg: _Log, seqs: set[int], writes: set[str]) -> None:
         """Append a forget marker naming ``seqs``, then delete those records and the writes
-        objects ``writes``. Pending writes that a removed record carries for a checkpoint that
-        stays are first written as writes objects. Call holding ``lg.commit`` and ``lg.lock``."""
+        objects ``writes``. For a checkpoint that stays while its child goes: the pending writes
+        the removed record carries are first written as writes objects, and, when no child remains
+        to say which of its writes count, the writes that do not count (a losing host's) are
+        deleted first, so its pending writes stay those its child was computed from. Call holding
+        ``lg.commit`` and ``lg.lock``."""
+        run_id = lg.run.run_id
+        kept_parents: set[str] = set()
         for seq in sorted(seqs):
             record = lg.records.get(seq)
             state: dict[str, Any] = record.state if record is not None and isinstance(record.state, dict) else {}
             parent = state.get("parent")
-            if parent is None or lg.puts.get(parent) in (None, *seqs):
+            if record is None or parent is None or lg.puts.get(parent) in (None, *seqs):
                 continue
+            kept_parents.add(parent)
+            writer = _put_writer(record)
             for task, path, t, w in state.get("pw") or ():
-                key = writes_key(lg.run.run_id, parent, task, [x[0] for x in w])
-                kept = self._store_writes(lg, _Writes(key, parent, task, path, w, {}, t))
+                wo = _Writes("", parent, task, path, w, {}, t, writer)
+                kept = self._store_writes(lg, replace(wo, key=wo.ident(run_id)))
                 if kept is not None:
                     self._add_writes(lg, kept)
+        hidden: set[str] = set()
+        for parent in kept_parents:
+            remaining = [s for s in lg.children.get(parent, ()) if s not in seqs]
+            if remaining and "wf" in cast(dict[str, Any], lg.records[max(remaining)].state):
+                continue  # a remaining child says which writes count
+            counted = {wo.ident(run_id) for _, _, _, _, wo, _ in self._pending(lg, parent)}
+            hidden.update(k for k in self._objects(lg.writes.get(parent, ())) if lg.wobjs[k].ident(run_id) not in counted)
+        hidden -= writes
+        # They do not count while the child is there, so deleting them first changes no reader's view.
+        self._delete_keys(sorted(hidden))
+        for key in hidden:
+            self._remove_writes(lg, key)
         if seqs:
             self._append(lg, {"lg": 1, "op": "forget", "seqs": _ranges(seqs)}, {})
         self._delete_objects(lg, sorted(seqs), sorted(writes))
@@ -994,8 +1105,8 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
                     # Artifacts are copied by reference: the new records name the same chunks.
                     self._append(dst, cast(dict[str, Any], record.state), record.artifacts)
             for wo in wobjs:
-                key = writes_key(dst.run.run_id, wo.checkpoint_id, wo.task, [w[0] for w in wo.w])
-                copied = self._store_writes(dst, _Writes(key, wo.checkpoint_id, wo.task, wo.path, wo.w, wo.artifacts, wo.t))
+                # The same writer in the copy, so the copied records' "wr" and "wf" name them.
+                copied = self._store_writes(dst, replace(wo, key=wo.ident(dst.run.run_id), etag=None))
                 if copied is not None:
                     with dst.lock:
                         self._add_writes(dst, copied)

@@ -1,0 +1,171 @@
+"""A worker process for the two-host LangGraph tests: one store, one S3ckptSaver, commands on stdin.
+
+    python -m tests.langgraph_race STORE_URL ENDPOINT_URL SIDE_EFFECTS_FILE
+
+The key comes from $S3CKPT_KEY. Each line of stdin is a JSON command, answered by one JSON line on
+stdout:
+
+- ``{"op": "start", "graph": G, "thread": T}``: run graph G from its input until it stops (an
+  interrupt): ``{"checkpoint_id": ...}`` of the checkpoint it stopped at.
+- ``{"op": "read", "thread": T, "checkpoint_id": X}``: the saver's ``get_tuple`` of X.
+- ``{"op": "resume", "graph": G, "thread": T, "answer": A, "checkpoint_id": X | null,
+  "barrier": DIR | null, "parties": N, "fail": [node, ...]}``: ``ainvoke(Command(resume=A))`` (the
+  async API, LangGraph's default durability), at checkpoint X when given. With a barrier, the
+  saver's first read waits until N workers have made theirs (all resume the same checkpoint).
+  Nodes named in ``fail`` raise. ``{"ok": final state}`` or ``{"error": class name}``.
+
+Graphs: ``interview``, START -> [ask, side] -> record: ``ask`` interrupts and stores the answer,
+``side`` finishes in the first super-step. ``fan``, START -> [t1, t2] -> join, compiled with an
+interrupt before t1 and t2; t1 appends its process id to SIDE_EFFECTS_FILE (an effect that must
+happen once), t2 takes a moment and may fail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import operator
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import CheckpointTuple
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.types import Command, interrupt
+
+import s3ckpt
+from s3ckpt.integrations.langgraph import S3ckptSaver
+
+
+class Interview(TypedDict, total=False):
+    answer: str
+    log: Annotated[list[str], operator.add]
+
+
+def interview(saver: Any) -> CompiledStateGraph[Any]:
+    graph = StateGraph(Interview)
+
+    def ask(state: Interview) -> dict[str, Any]:
+        return {"answer": interrupt("what is the answer?")}
+
+    def side(state: Interview) -> dict[str, Any]:
+        return {"log": ["side"]}
+
+    def record(state: Interview) -> dict[str, Any]:
+        return {"log": [f"recorded {state['answer']}"]}
+
+    graph.add_node("ask", ask)
+    graph.add_node("side", side)
+    graph.add_node("record", record)
+    graph.add_edge(START, "ask")
+    graph.add_edge(START, "side")
+    graph.add_edge(["ask", "side"], "record")
+    graph.add_edge("record", END)
+    return graph.compile(checkpointer=saver)
+
+
+class Fan(TypedDict, total=False):
+    log: Annotated[list[str], operator.add]
+
+
+def fan(saver: Any, effects: Path, fail: frozenset[str] = frozenset()) -> CompiledStateGraph[Any]:
+    graph = StateGraph(Fan)
+
+    def t1(state: Fan) -> dict[str, Any]:
+        with effects.open("a") as fh:
+            fh.write(f"t1 {os.getpid()}\n")
+        return {"log": ["t1"]}
+
+    def t2(state: Fan) -> dict[str, Any]:
+        time.sleep(0.3)  # t1 finishes first
+        if "t2" in fail:
+            raise RuntimeError("t2 failed on purpose")
+        return {"log": ["t2"]}
+
+    def join(state: Fan) -> dict[str, Any]:
+        return {"log": ["join"]}
+
+    graph.add_node("t1", t1)
+    graph.add_node("t2", t2)
+    graph.add_node("join", join)
+    graph.add_edge(START, "t1")
+    graph.add_edge(START, "t2")
+    graph.add_edge(["t1", "t2"], "join")
+    graph.add_edge("join", END)
+    return graph.compile(checkpointer=saver, interrupt_before=["t1", "t2"])
+
+
+class BarrierSaver(S3ckptSaver):
+    """A saver whose first read after ``arm`` waits until ``parties`` workers have read: every
+    worker then resumes the same checkpoint, as hosts picking up one thread at once do."""
+
+    barrier: tuple[Path, int] | None = None
+
+    def arm(self, directory: Path, parties: int) -> None:
+        self.barrier = (directory, parties)
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        out = super().get_tuple(config)
+        if self.barrier is not None:
+            directory, parties = self.barrier
+            self.barrier = None
+            (directory / str(os.getpid())).touch()
+            deadline = time.monotonic() + 60
+            while len(list(directory.iterdir())) < parties:
+                if time.monotonic() > deadline:
+                    raise TimeoutError("the other workers never reached the barrier")
+                time.sleep(0.001)
+        return out
+
+
+def _config(thread: str, checkpoint_id: str | None) -> RunnableConfig:
+    conf: dict[str, Any] = {"thread_id": thread}
+    if checkpoint_id:
+        conf["checkpoint_ns"] = ""
+        conf["checkpoint_id"] = checkpoint_id
+    return {"configurable": conf}
+
+
+def _graph(name: str, saver: S3ckptSaver, effects: Path, fail: frozenset[str] = frozenset()) -> CompiledStateGraph[Any]:
+    return interview(saver) if name == "interview" else fan(saver, effects, fail)
+
+
+def handle(saver: BarrierSaver, effects: Path, cmd: dict[str, Any]) -> dict[str, Any]:
+    op = cmd["op"]
+    if op == "start":
+        app = _graph(cmd["graph"], saver, effects)
+        config = _config(cmd["thread"], None)
+        app.invoke({"log": []}, config, durability="sync")
+        return {"checkpoint_id": app.get_state(config).config["configurable"]["checkpoint_id"]}
+    if op == "read":
+        got = saver.get_tuple(_config(cmd["thread"], cmd["checkpoint_id"]))
+        assert got is not None
+        return {"pending": [[task, channel, repr(value)] for task, channel, value in got.pending_writes or []]}
+    if op == "resume":
+        app = _graph(cmd["graph"], saver, effects, frozenset(cmd.get("fail") or ()))
+        if cmd.get("barrier"):
+            saver.arm(Path(cmd["barrier"]), int(cmd["parties"]))
+        try:
+            out = asyncio.run(app.ainvoke(Command(resume=cmd["answer"]), _config(cmd["thread"], cmd.get("checkpoint_id"))))
+        except Exception as exc:
+            return {"error": type(exc).__name__, "message": str(exc)[:300]}
+        return {"ok": out}
+    raise ValueError(f"unknown op {op!r}")
+
+
+def main() -> None:
+    url, endpoint, effects = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+    options: dict[str, Any] = {"endpoint_url": endpoint, "region": "us-east-1"} if endpoint else {}
+    with s3ckpt.open_store(url, **options) as store:
+        saver = BarrierSaver(store)
+        print(json.dumps({"ready": os.getpid()}), flush=True)
+        for line in sys.stdin:
+            print(json.dumps(handle(saver, effects, json.loads(line))), flush=True)
+
+
+if __name__ == "__main__":
+    main()
