@@ -174,6 +174,9 @@ def _restore_target(path: object) -> Path:
     try:
         target = Path(path)
         shown = str(target)
+        if "\x00" in shown:
+            raise ValueError("embedded null byte")
+        os.fsencode(shown)  # a lone surrogate that is no escaped byte
         if target.is_dir():
             raise LocalPathError(
                 f"cannot restore to {shown!r}: it is a directory; give a file path such as {str(target / 'artifact')!r}",

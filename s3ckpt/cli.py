@@ -32,6 +32,7 @@ from typer.core import TyperGroup
 
 from .crypto import generate_key
 from .errors import ConflictError, DecryptionError, RunNotFoundError, S3ckptError, StoreNotFoundError
+from .log import Run
 from .store import Store, open_store
 
 EXIT_OK = 0
@@ -216,6 +217,14 @@ def _no_run(run: str) -> NoReturn:
     raise RunNotFoundError(f"no run {run!r} in this store; `s3ckpt runs` lists them")
 
 
+def _existing_run(store: Store, run: str) -> Run:
+    """The run, known to exist: "no such run" says which runs there are, before a seq is looked up."""
+    handle = store.run(run)
+    if not handle.exists():
+        _no_run(run)
+    return handle
+
+
 @app.command()
 def init(ctx: typer.Context) -> None:
     """Create a store at --url (a local directory by default) with --key. An S3 bucket must exist."""
@@ -325,7 +334,8 @@ def show(ctx: typer.Context, run: str, seq: Annotated[int | None, typer.Argument
     """The decoded checkpoint SEQ of RUN (default: the latest)."""
     c: Context = ctx.obj
     with c.open() as store:
-        cp = store.run(run).latest() if seq is None else store.run(run).get(seq)
+        handle = _existing_run(store, run)
+        cp = handle.latest() if seq is None else handle.get(seq)
         if cp is None:
             _no_run(run)
         data = cp.to_dict()
@@ -393,7 +403,8 @@ def restore(
     """Write ARTIFACT of RUN's latest checkpoint (or --seq N) to PATH, every chunk verified."""
     c: Context = ctx.obj
     with c.open() as store:
-        cp = store.run(run).latest() if seq is None else store.run(run).get(seq)
+        handle = _existing_run(store, run)
+        cp = handle.latest() if seq is None else handle.get(seq)
         if cp is None:
             _no_run(run)
         cp.restore_artifact(artifact, path)
@@ -412,7 +423,7 @@ def rollback(ctx: typer.Context, run: str, seq: Seq) -> None:
     run, so a live writer of it is fenced. Lists the effects confirmed after SEQ: compensate them."""
     c: Context = ctx.obj
     with c.open() as store:
-        undone = store.run(run).rollback(seq)
+        undone = _existing_run(store, run).rollback(seq)
         rows = [e.model_dump(mode="json") for e in undone]
 
         def render() -> None:
