@@ -37,6 +37,7 @@ from .errors import (
     InvalidArtifactError,
     ObjectNotFoundError,
     PreconditionFailedError,
+    describe,
 )
 from .records import ChunkerParams, ChunkRef, Manifest
 
@@ -519,11 +520,10 @@ def _open_path(value: str | os.PathLike[str]) -> Opened:
         # O_NONBLOCK: opening a FIFO must not wait for a writer; it changes nothing for regular files.
         fd = os.open(raw, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
-        raise InvalidArtifactError(_path_problem(str(value), exc), path=str(value)) from None
+        raise InvalidArtifactError(_path_problem(os.fsdecode(raw), exc), path=os.fsdecode(raw)) from None
     except (TypeError, ValueError) as exc:  # a NUL byte, a lone surrogate, a bad __fspath__
-        raise InvalidArtifactError(
-            f"artifact path {value!r} is not a usable path ({exc}); fix the path", path=str(value)
-        ) from None
+        shown = describe(value)
+        raise InvalidArtifactError(f"artifact path {shown} is not a usable path ({exc}); fix the path", path=shown) from None
     try:
         st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):

@@ -6,8 +6,23 @@ so that callers can act on them without parsing text.
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Sequence
 from typing import Any
+
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = _SHORT.maxother = 80
+_SHORT.maxlevel = 3
+
+
+def describe(value: object) -> str:
+    """A short repr of a caller's value for a message. Never raises and never runs long: a bad
+    argument may be nested too deep for repr, an int too long to print, or an object whose
+    ``__repr__`` fails, and the error about it must still be the error the caller sees."""
+    try:
+        return _SHORT.repr(value)
+    except Exception:  # noqa: BLE001 - RecursionError, ValueError (int digits), whatever a __repr__ raises
+        return f"<{type(value).__name__} object>"
 
 
 class S3ckptError(Exception):

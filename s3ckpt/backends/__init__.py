@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
-from ..errors import BackendError, ConfigurationError
+from ..errors import BackendError, ConfigurationError, describe
 from ._base import Backend, Capabilities, GetResult, Match, ObjectInfo, PutMode, PutResult
 from ._local import LocalBackend
 from ._memory import MemoryBackend
@@ -70,7 +70,7 @@ def open_backend(url: str | os.PathLike[str] | None = None, **options: Any) -> B
         return MemoryBackend((parts.netloc + parts.path).strip("/") or "default")
     if scheme in ("s3", "s3a"):
         if not parts.netloc:
-            raise ConfigurationError(f"{url!r} names no bucket: use s3://bucket/prefix")
+            raise ConfigurationError(f"{describe(url)} names no bucket: use s3://bucket/prefix")
         _reject_unknown(options, _S3_OPTIONS, url)
         from ._s3 import S3Backend
 
@@ -92,12 +92,14 @@ def _check_url(url: object) -> str:
             f"a store URL is a str (s3://bucket/prefix, file:///dir, a directory, memory://name), not {type(url).__name__}"
         )
     if "\x00" in url:
-        raise ConfigurationError(f"store URL {url!r} contains a NUL character; remove it")
+        raise ConfigurationError(f"store URL {describe(url)} contains a NUL character; remove it")
     try:
         # A local path may carry undecodable bytes (surrogate escapes); a URL sent over the wire may not.
         url.encode("utf-8", "surrogateescape" if "://" not in url else "strict")
     except UnicodeEncodeError:
-        raise ConfigurationError(f"store URL {url!r} is not valid Unicode text (a lone surrogate); fix the URL") from None
+        raise ConfigurationError(
+            f"store URL {describe(url)} is not valid Unicode text (a lone surrogate); fix the URL"
+        ) from None
     return url
 
 
@@ -111,9 +113,9 @@ def _local(path: str, *, fsync: bool) -> Backend:
             ancestor = ancestor.parent
     except (OSError, RuntimeError) as exc:  # no permission, a name too long, an unknown ~user, ...
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise ConfigurationError(f"cannot use {path!r} as a store directory ({reason}); choose another path") from None
+        raise ConfigurationError(f"cannot use {describe(path)} as a store directory ({reason}); choose another path") from None
     if not ancestor.is_dir():
-        raise ConfigurationError(f"cannot use {path!r} as a store directory: {ancestor} is a file; choose another path")
+        raise ConfigurationError(f"cannot use {describe(path)} as a store directory: {ancestor} is a file; choose another path")
     return backend
 
 
@@ -133,7 +135,8 @@ def _fsspec(url: str, storage_options: Mapping[str, Any]) -> Backend:
             ) from None
         except ValueError:
             raise ConfigurationError(
-                f"unknown URL scheme {protocol!r} in {url!r}: use s3://bucket/prefix, file:///dir or a plain directory, "
+                f"unknown URL scheme {describe(protocol)} in {describe(url)}: use s3://bucket/prefix, file:///dir or a "
+                "plain directory, "
                 "memory://name, or the URL of an installed fsspec filesystem (gs://, az://, ...)"
             ) from None
     from ._fsspec import FsspecBackend
@@ -141,11 +144,13 @@ def _fsspec(url: str, storage_options: Mapping[str, Any]) -> Backend:
     try:
         return FsspecBackend(url, storage_options=storage_options)
     except ImportError as exc:
-        raise ConfigurationError(f"{url!r} needs a package that is not installed: {exc}; install it and try again") from None
+        raise ConfigurationError(
+            f"{describe(url)} needs a package that is not installed: {exc}; install it and try again"
+        ) from None
     except (TypeError, ValueError) as exc:
-        raise ConfigurationError(f"cannot open {url!r} with storage_options {sorted(storage_options)}: {exc}") from None
+        raise ConfigurationError(f"cannot open {describe(url)} with storage_options {sorted(storage_options)}: {exc}") from None
     except OSError as exc:
-        raise BackendError(f"cannot open {url!r}: {exc}; check the URL, the network and the credentials") from None
+        raise BackendError(f"cannot open {describe(url)}: {exc}; check the URL, the network and the credentials") from None
 
 
 def _reject_unknown(options: Mapping[str, Any], allowed: tuple[str, ...], url: str) -> None:
@@ -153,5 +158,6 @@ def _reject_unknown(options: Mapping[str, Any], allowed: tuple[str, ...], url: s
     unknown = sorted(k for k, v in options.items() if k not in (*allowed, "region") and v is not None)
     if unknown:
         raise ConfigurationError(
-            f"option(s) {', '.join(unknown)} do not apply to {url!r}; this backend takes: {', '.join(allowed) or 'no options'}"
+            f"option(s) {', '.join(unknown)} do not apply to {describe(url)}; "
+            f"this backend takes: {', '.join(allowed) or 'no options'}"
         )

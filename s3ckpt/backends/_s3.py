@@ -37,6 +37,7 @@ from ..errors import (
     PreconditionFailedError,
     S3ckptError,
     TransientBackendError,
+    describe,
 )
 from ._base import Backend, Capabilities, GetResult, Match, ObjectInfo, PutMode, PutResult, check_key, check_prefix
 
@@ -120,12 +121,12 @@ def _code(exc: botocore.exceptions.ClientError) -> str:
 def _optional_str(name: str, value: object) -> str | None:
     if value is None or (isinstance(value, str) and value):
         return value
-    raise ConfigurationError(f"{name} must be a non-empty str, not {value!r}")
+    raise ConfigurationError(f"{name} must be a non-empty str, not {describe(value)}")
 
 
 def _count(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1000:
-        raise ConfigurationError(f"{name} must be an int from 1 to 1000, not {value!r}")
+        raise ConfigurationError(f"{name} must be an int from 1 to 1000, not {describe(value)}")
     return value
 
 
@@ -188,7 +189,7 @@ class S3Backend(Backend):
             retry_mode = os.environ.get("AWS_RETRY_MODE") or "standard"
         if retry_mode not in _RETRY_MODES:
             raise ConfigurationError(
-                f"retry_mode (or AWS_RETRY_MODE) must be one of {', '.join(_RETRY_MODES)}, not {retry_mode!r}"
+                f"retry_mode (or AWS_RETRY_MODE) must be one of {', '.join(_RETRY_MODES)}, not {describe(retry_mode)}"
             )
         retries: dict[str, Any] = {"mode": retry_mode}
         from_env = os.environ.get("AWS_MAX_ATTEMPTS")
