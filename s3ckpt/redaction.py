@@ -162,8 +162,10 @@ def _is_secret_words(words: tuple[str, ...], names: frozenset[tuple[str, ...]]) 
 # Key/value separator in free text (=, :, :=, =>), not '::' or '=='; spaces but not newlines around
 # it, so that a YAML "credentials:" line does not swallow the next line's key.
 _SEP = r"[ \t]*+(?:=>|:=|[:=])(?![:=])[ \t]*+"
-_KEY_QUOTE = r"(?:\\?[\"']\]?)"  # the closing quote of a quoted key, maybe escaped, maybe in ["..."]
-_OPEN_QUOTE = r"(?:\\?[\"'])"
+# The closing quote of a quoted key, maybe in ["..."], and an opening quote: either escaped any number
+# of times (JSON in a JSON string is \", its repr or a third encoding \\" and \\\").
+_KEY_QUOTE = r"(?:\\*+[\"']\]?)"
+_OPEN_QUOTE = r"(?:\\*+[\"'])"
 _TOKEN68 = r"[A-Za-z0-9\-._~+/]"  # RFC 7235 token68, the shape of bearer credentials
 
 
@@ -225,7 +227,7 @@ def assignment_patterns(names: Iterable[str]) -> tuple[SecretPattern, ...]:
     # Quoted values end at the closing quote, or at the end of the line when it is missing (a
     # truncated log line still hides the value).
     value = (
-        r"(?<=\\\")(?:[^\"\\\r\n]|\\[^\"\r\n])*+(?=\\\"|[\r\n]|\Z)"  # \"...\" : JSON inside a JSON string
+        r"(?<=\\\")(?:[^\"\\\r\n]|\\++[^\"\\\r\n])*+(?=\\++\"|[\r\n]|\Z)"  # \"...\", \\"...\\": JSON in JSON
         r"|(?<=\")(?:[^\"\\\r\n]|\\.)*+(?=[\"\r\n]|\Z)"  # "..."
         r"|(?<=')(?:[^'\\\r\n]|\\.)*+(?=['\r\n]|\Z)"  # '...'
         # Bare; a language literal or type name is no password (``password: str``, ``token=None``).
@@ -363,8 +365,10 @@ _HEADER_LINE = re.compile(r"(?m)^[ \t]*+([A-Za-z][A-Za-z0-9_.\-]{0,127}+)[ \t]*+
 # An auth scheme before the credential stays readable ("Authorization: Bearer [REDACTED:...]").
 _SCHEME = re.compile(r"(?ai:bearer|basic|token|digest|negotiate)[ \t]++")
 # A language literal or type name is no secret ("password: str", "token: null"); a quoted value is
-# left to the name=value pattern, which keeps the quotes.
-_NOT_A_VALUE = re.compile(r"[\"'`]|(?ai:null|none|nil|true|false|undefined|str|string|bytes|int)(?![A-Za-z0-9_])")
+# left to the name=value pattern, which keeps the quotes; a value that starts with a marker was
+# redacted before (so text appended to a redacted name, "...[REDACTED:jwt]#0", stays as it is).
+_NOT_A_VALUE = re.compile(r"[\"'`]|\[REDACTED:|(?ai:null|none|nil|true|false|undefined|str|string|bytes|int)(?![A-Za-z0-9_])")
+_LINE_END = re.compile(r"[\r\n]")
 
 # Name/value objects ({"name": "API_KEY", "value": ...}, HAR headers, Kubernetes env, AWS tags):
 # the spellings of the field that names and of the field that holds the value.
@@ -673,7 +677,7 @@ class Redactor:
                 if start < end and not self.is_allowed(text[start:end]):
                     found.append((start, end, index))
         if self._headers and ":" in text:
-            found.extend(self._header_values(text))
+            found.extend(self._header_values(text, found))
         if found and _MARKER_START in text:
             found = _outside_markers(found, text)
         if not found:
@@ -696,10 +700,17 @@ class Redactor:
         # Header values rank after every pattern: at the same start, a pattern names the kind.
         return self._patterns[index].kind if index < len(self._patterns) else SECRET_ASSIGNMENT
 
-    def _header_values(self, text: str) -> list[tuple[int, int, int]]:
+    def _header_values(self, text: str, found: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
         """The value of every header line with a secret name (``X-Api-Key: v``, ``Cookie: a=1; b=2``),
-        whole up to the end of its line, as spans ranked after every pattern."""
+        whole up to the end of its line, as spans ranked after every pattern.
+
+        The line ends where it will end once redacted: a line break inside another span (a PEM
+        block) is replaced with it, so what follows that span is still on the header's line. Each
+        stretch of text is searched by one header line at most (lines inside a span are skipped),
+        so this stays linear."""
         out: list[tuple[int, int, int]] = []
+        starts: list[int] | None = None
+        ends: list[int] = []
         for m in _HEADER_LINE.finditer(text):
             if not self.is_secret_key(m.group(1)):
                 continue
@@ -709,12 +720,35 @@ class Redactor:
                 start = scheme.end()
             if _NOT_A_VALUE.match(text, start):
                 continue
-            newline = text.find("\n", start)
-            end = len(text) if newline < 0 else newline
-            end = start + len(text[start:end].split("\r", 1)[0].rstrip(" \t"))
+            if starts is None:
+                starts, ends = _merged(found)
+            i = bisect.bisect_right(starts, m.start()) - 1
+            if i >= 0 and ends[i] > m.start():
+                continue  # inside another span (a PEM block's lines), which hides it anyway
+            end = start
+            while (eol := _LINE_END.search(text, end)) is not None:
+                i = bisect.bisect_right(starts, eol.start()) - 1
+                if i < 0 or ends[i] <= eol.start():
+                    break
+                end = ends[i]  # the break is inside a span: the line goes on after it
+            stop = len(text) if eol is None else eol.start()
+            end = start + len(text[start:stop].rstrip(" \t"))
             if start < end and not self.is_allowed(text[start:end]):
                 out.append((start, end, len(self._patterns)))
         return out
+
+
+def _merged(spans: list[tuple[int, int, int]]) -> tuple[list[int], list[int]]:
+    """The starts and ends of the union of spans, sorted and disjoint."""
+    starts: list[int] = []
+    ends: list[int] = []
+    for start, end, _ in sorted(spans):
+        if ends and start <= ends[-1]:
+            ends[-1] = max(ends[-1], end)
+        else:
+            starts.append(start)
+            ends.append(end)
+    return starts, ends
 
 
 def _not_json(value: object) -> TypeError:
