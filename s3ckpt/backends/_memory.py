@@ -1,4 +1,8 @@
-"""An in-process backend: a dict behind a lock, shared by name within the process."""
+"""An in-process backend: a dict behind a lock, shared by name within the process.
+
+It checks keys and prefixes on every operation, as the other backends do, so code that passes
+its tests does not meet a refusal for the first time on S3 or a local directory.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from ..errors import ObjectNotFoundError, PreconditionFailedError
-from ._base import Backend, Capabilities, GetResult, Match, ObjectInfo, PutMode, PutResult, check_key
+from ._base import Backend, Capabilities, GetResult, Match, ObjectInfo, PutMode, PutResult, check_key, check_prefix
 
 
 @dataclass
@@ -70,6 +74,7 @@ class MemoryBackend(Backend):
         return PutResult(etag)
 
     def head(self, key: str) -> ObjectInfo | None:
+        check_key(key)
         with self._space.lock:
             obj = self._space.objects.get(key)
         if obj is None:
@@ -77,17 +82,20 @@ class MemoryBackend(Backend):
         return ObjectInfo(key, len(obj.data), obj.last_modified, obj.etag)
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        check_prefix(prefix)
         with self._space.lock:
             items = sorted((k, o) for k, o in self._space.objects.items() if k.startswith(prefix))
         for key, obj in items:
             yield ObjectInfo(key, len(obj.data), obj.last_modified, obj.etag)
 
     def list_dirs(self, prefix: str) -> Iterator[str]:
+        check_prefix(prefix)
         with self._space.lock:
             keys = [k for k in self._space.objects if k.startswith(prefix)]
         yield from sorted({k[len(prefix) :].split("/", 1)[0] for k in keys if "/" in k[len(prefix) :]})
 
     def delete(self, key: str) -> None:
+        check_key(key)
         with self._space.lock:
             self._space.objects.pop(key, None)
 

@@ -10,17 +10,21 @@ them, so a store that survives this survives S3 on a bad day.
 
 from __future__ import annotations
 
+import builtins
 import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from typing import TypeVar
 
 from ..backends import Backend, GetResult, ObjectInfo, PutMode, PutResult
-from ..errors import TransientBackendError
+from ..errors import S3ckptError, TransientBackendError
+
+T = TypeVar("T")
 
 #: ``500``/``503``/``reset`` fail before the operation; ``slow`` delays it; ``timeout-after-write``
-#: lets a write land and then fails (the case that makes retried writes ambiguous).
+#: lets a write land and then loses its answer (the case that makes retried writes ambiguous).
 FAULTS = ("500", "503", "reset", "slow", "timeout-after-write")
 
 
@@ -49,10 +53,31 @@ class FaultyBackend(Backend):
         self.operations = 0
         self.injected: Counter[str] = Counter()
         self.enabled = True
+        self._planned: str | None = None
+        self._planned_left: int | None = 0
+
+    def fail_next(self, fault: str, times: int | None = 1) -> None:
+        """Fail the next ``times`` operations with ``fault`` (every operation when None), whatever
+        the rate: for tests that need a given fault on a given operation. ``timeout-after-write``
+        also applies to reads here: the read happens and its answer is lost."""
+        if fault not in FAULTS:
+            raise ValueError(f"unknown fault {fault!r}; choose from {FAULTS}")
+        with self._lock:
+            self._planned, self._planned_left = fault, times
+
+    def clear(self) -> None:
+        """Stop the faults planned by ``fail_next``."""
+        with self._lock:
+            self._planned, self._planned_left = None, 0
 
     def _fault(self, write: bool) -> str | None:
         with self._lock:
             self.operations += 1
+            if self._planned is not None and (self._planned_left is None or self._planned_left > 0):
+                if self._planned_left is not None:
+                    self._planned_left -= 1
+                self.injected[self._planned] += 1
+                return self._planned
             if not self.enabled or self._rng.random() >= self.rate:
                 return None
             choices = [f for f in self.faults if write or f != "timeout-after-write"]
@@ -72,17 +97,27 @@ class FaultyBackend(Backend):
         if fault == "slow":
             time.sleep(self.slow_seconds)
 
+    def _call(self, write: bool, what: str, operation: Callable[[], T]) -> T:
+        fault = self._fault(write)
+        self._before(fault, what)
+        try:
+            result = operation()
+        except S3ckptError as exc:
+            if fault == "timeout-after-write":  # the answer is lost, whatever it was
+                raise TransientBackendError(f"injected read timeout after {what} happened") from exc
+            raise
+        if fault == "timeout-after-write":
+            raise TransientBackendError(f"injected read timeout after {what} happened")
+        return result
+
     def get(self, key: str) -> GetResult:
-        self._before(self._fault(False), f"get {key}")
-        return self.inner.get(key)
+        return self._call(False, f"get {key}", lambda: self.inner.get(key))
 
     def get_range(self, key: str, start: int, length: int) -> bytes:
-        self._before(self._fault(False), f"get {key}")
-        return self.inner.get_range(key, start, length)
+        return self._call(False, f"get {key}", lambda: self.inner.get_range(key, start, length))
 
     def get_range_into(self, key: str, start: int, out: memoryview) -> int:
-        self._before(self._fault(False), f"get {key}")
-        return self.inner.get_range_into(key, start, out)
+        return self._call(False, f"get {key}", lambda: self.inner.get_range_into(key, start, out))
 
     def put(
         self,
@@ -92,31 +127,20 @@ class FaultyBackend(Backend):
         mode: PutMode = "overwrite",
         metadata: Mapping[str, str] | None = None,
     ) -> PutResult:
-        fault = self._fault(True)
-        self._before(fault, f"put {key}")
-        result = self.inner.put(key, data, mode=mode, metadata=metadata)
-        if fault == "timeout-after-write":
-            raise TransientBackendError(f"injected read timeout after put {key} landed")
-        return result
+        return self._call(True, f"put {key}", lambda: self.inner.put(key, data, mode=mode, metadata=metadata))
 
     def head(self, key: str) -> ObjectInfo | None:
-        self._before(self._fault(False), f"head {key}")
-        return self.inner.head(key)
+        return self._call(False, f"head {key}", lambda: self.inner.head(key))
 
+    # Listings are read whole inside the call, so a fault after them loses the whole answer.
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
-        self._before(self._fault(False), f"list {prefix}")
-        return self.inner.list(prefix)
+        return iter(self._call(False, f"list {prefix}", lambda: builtins.list(self.inner.list(prefix))))
 
     def list_dirs(self, prefix: str) -> Iterator[str]:
-        self._before(self._fault(False), f"list {prefix}")
-        return self.inner.list_dirs(prefix)
+        return iter(self._call(False, f"list {prefix}", lambda: builtins.list(self.inner.list_dirs(prefix))))
 
     def delete(self, key: str) -> None:
-        fault = self._fault(True)
-        self._before(fault, f"delete {key}")
-        self.inner.delete(key)
-        if fault == "timeout-after-write":
-            raise TransientBackendError(f"injected read timeout after delete {key} landed")
+        self._call(True, f"delete {key}", lambda: self.inner.delete(key))
 
     def close(self) -> None:
         self.inner.close()
