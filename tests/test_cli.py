@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import traceback
@@ -19,6 +20,7 @@ from typing import Any
 import botocore.exceptions
 import pytest
 import typer
+import typer.main
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner, Result
@@ -496,3 +498,19 @@ def test_run_ids_that_are_not_ascii_list_and_show(tmp_path: Path) -> None:
     shown = _cli_bytes("show", "café/☃", "--json", env=env)
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["state"] == {"x": "ü"}
+
+
+def test_every_command_a_message_names_exists() -> None:
+    """A message that tells the user to run `s3ckpt X` names a command this CLI has."""
+    root = typer.main.get_command(app)
+    assert isinstance(root, _Cli)
+    named: dict[str, set[str]] = {}
+    package = Path(s3ckpt.__file__).parent
+    for source in sorted(package.rglob("*.py")):
+        for match in re.finditer(r"`s3ckpt ([a-z][a-z-]*)(?: ([a-z][a-z-]*))?", source.read_text()):
+            command, sub = match.groups()
+            group = root.commands.get(command)
+            exists = group is not None and (sub is None or not hasattr(group, "commands") or sub in group.commands)
+            if not exists:
+                named.setdefault(match.group(0).lstrip("`"), set()).add(str(source.relative_to(package.parent)))
+    assert not named, f"messages name commands that do not exist: {named}"
