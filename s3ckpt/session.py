@@ -120,14 +120,19 @@ class Session:
         self._effects: dict[str, EffectRecord] = dict(ledger.effects)
         #: position -> idempotency keys issued there, oldest first
         self._keys_at: dict[str, list[str]] = {}
+        #: (scope, kind, content) -> idempotency keys issued for it, wherever its position was
+        self._keys_like: dict[str, list[str]] = {}
         for key, effect in self._effects.items():
             self._keys_at.setdefault(effect.position, []).append(key)
+            self._keys_like.setdefault(_content_slot(effect.position, (effect.target, effect.payload_hash)), []).append(key)
         self._spent: dict[str, int | float] = dict(ledger.budget)
         self._generation = ledger.generation
         self._limits = {self._name(unit, "a budget unit"): limit for unit, limit in (budget or {}).items()}
         self._reconcile: Mapping[str, Reconciler] = reconcile if reconcile is not None else {}
         #: scope -> how many steps completed and effects confirmed there, per name (this attempt)
         self._counters: dict[str, Counter[str]] = {"": Counter()}
+        #: scope -> keys of the effects whose emit call ended in doubt or refusal there (this attempt)
+        self._ended: dict[str, set[str]] = {"": set()}
         self._scopes: list[str] = [""]
         self._emitted: list[list[str]] = [[]]
         self._stopped: S3ckptError | None = None
@@ -178,6 +183,7 @@ class Session:
         attempt = sum(1 for a in self._attempts if a.step == key)
         # Every attempt starts its scope afresh, so it reaches the same positions as the last one.
         self._counters[key + "/"] = Counter()
+        self._ended[key + "/"] = set()
         self._scopes.append(key + "/")
         self._emitted.append([])
         _boundaries.reached("step-start", key)
@@ -252,46 +258,60 @@ class Session:
         caller_key = None if raw_key is None else self._redactor.redact_text(raw_key)
         scope = self._scopes[-1]
         counters = self._counters[scope]
-        position = f"{scope}{_escape(kind)}#{counters['effect ' + kind]}"
         digest = payload_hash(payload)
         target_value = self._redactor.redact(values.json_value(target, "the effect's target"))
         stored_payload = self._redactor.redact(values.json_value(payload, "the payload")) if store_payload else None
+        content = (target_value, digest)
 
-        latest = self._latest_at(position, caller_key)
-        if latest is not None and latest.status in UNSETTLED:
-            latest = self._settle_in_session(latest)
-        if latest is not None and latest.status == "confirmed":
-            if (latest.target, latest.payload_hash) != (target_value, digest):
-                refused = self._refused_here(position, target_value, digest)
-                if refused is not None:
-                    # A replay: this effect was refused here before another one took the position.
-                    raise EffectFailedError(
-                        f"{_describe(refused)} was refused by the provider ({refused.error}), and the position was taken "
-                        "by a later effect; replayed, not sent again"
-                    )
-                self._stopped = EffectMismatchError(
-                    f"effect {kind!r} at {position} (idempotency key {latest.idempotency_key}) was sent to "
-                    f"{json.dumps(latest.target)[:80]} with payload {latest.payload_hash} and is now emitted to "
-                    f"{json.dumps(target_value)[:80]} with {digest}: the code or its inputs changed under an effect that "
-                    "happened. The session stopped; nothing was sent. Give the new effect its own kind or "
-                    "idempotency_key, or roll the run back."
+        while True:
+            position = f"{scope}{_escape(kind)}#{counters['effect ' + kind]}"
+            latest = self._latest_at(position, caller_key)
+            if latest is not None and latest.status in UNSETTLED:
+                latest = self._settle_in_session(latest)
+            if latest is None or latest.status != "confirmed":
+                break
+            if (latest.target, latest.payload_hash) == content:
+                counters["effect " + kind] += 1
+                self._emitted[-1].append(latest.idempotency_key)
+                return latest.reference
+            if latest.idempotency_key in self._ended[scope] and latest.idempotency_key != caller_key:
+                # An earlier call here ended in doubt and its effect happened after all: that call had the
+                # position, this one has the next (as a replay, where that call returns, will give it).
+                counters["effect " + kind] += 1
+                continue
+            refused = self._refused_at(position, content)
+            if refused is not None:
+                # A replay: this effect was refused here (or not sent), then another one took the position.
+                raise EffectFailedError(
+                    f"{_describe(refused)} did not happen ({refused.error or 'not sent'}), and a later effect took its "
+                    "position; replayed, not sent again"
                 )
-                raise self._stopped
-            counters["effect " + kind] += 1
-            self._emitted[-1].append(latest.idempotency_key)
-            return latest.reference
+            self._stopped = EffectMismatchError(
+                f"effect {kind!r} at {position} (idempotency key {latest.idempotency_key}) was sent to "
+                f"{json.dumps(latest.target)[:80]} with payload {latest.payload_hash} and is now emitted to "
+                f"{json.dumps(target_value)[:80]} with {digest}: the code or its inputs changed under an effect that "
+                "happened. The session stopped; nothing was sent. Give the new effect its own kind or "
+                "idempotency_key, or roll the run back."
+            )
+            raise self._stopped
         if latest is not None and latest.status == "rolled_back" and caller_key == latest.idempotency_key:
             raise EffectMismatchError(f"{_describe(latest)} was rolled back; emit it again under a new idempotency_key")
         self._check_budget(f"effect {kind!r}")
 
-        if latest is not None and latest.status not in _RENEWS_KEY:
-            # Not sent (a reconciler or an operator said so): the same request again, under its key.
-            key = raw_key if raw_key is not None and caller_key == latest.idempotency_key else latest.idempotency_key
+        not_sent = self._not_sent_at(position, content, caller_key)
+        if not_sent is not None:
+            # Not sent (a reconciler or an operator said so): the same request again, under its own key.
+            key = raw_key if raw_key is not None and caller_key == not_sent.idempotency_key else not_sent.idempotency_key
         elif raw_key is not None:
             key = raw_key
         else:
+            # The first index whose key was never issued: keys of effects that moved on to a later
+            # position (a not-sent effect sent again there) stay theirs.
             index = len(self._keys_at.get(position, ()))
-            key = derive_idempotency_key(self.run.store.config.store_id, self.run_id, position, kind, index)
+            while (key := derive_idempotency_key(self.run.store.config.store_id, self.run_id, position, kind, index)) in (
+                self._effects
+            ):
+                index += 1
         recorded_key = self._redactor.redact_text(key)
         _boundaries.reached("before-intent", recorded_key)
         previous = self._effects.get(recorded_key)
@@ -307,14 +327,19 @@ class Session:
             sends=(previous.sends if previous is not None else 0) + 1,
         )
         self._effects[recorded_key] = intent
+        if previous is not None and previous.position != position:
+            self._keys_at[previous.position].remove(recorded_key)  # the effect moves to where it is sent now
         keys_here = self._keys_at.setdefault(position, [])
         if recorded_key not in keys_here:
             keys_here.append(recorded_key)
+        keys_like = self._keys_like.setdefault(_content_slot(position, content), [])
+        if recorded_key not in keys_like:
+            keys_like.append(recorded_key)
         try:
             self._commit()  # the intent is durable before anything leaves this process
         except BaseException:
             # Nothing was sent: forget the intent, so a retry is not blocked by an effect that never was.
-            self._forget_intent(recorded_key, previous, position)
+            self._forget_intent(recorded_key, previous, position, content)
             raise
         self._emitted[-1].append(recorded_key)
         _boundaries.reached("between-intent-and-send", recorded_key)
@@ -324,6 +349,7 @@ class Session:
             failed = isinstance(exc, (EffectFailedError, *failed_types))
             status: Any = "failed" if failed else "unknown"
             error = self._redactor.redact_text(f"{type(exc).__name__}: {exc}")
+            self._ended[scope].add(recorded_key)
             self._settle(recorded_key, status, error=error, by="send")
             raise
         reference = self._redactor.redact(values.json_value(reference, "the reference send returned"))
@@ -398,8 +424,15 @@ class Session:
             found = self._effects.get(self._redactor.redact_text(caller_key))
             if found is not None:
                 return found
-        keys = self._keys_at.get(position)
-        return self._effects[keys[-1]] if keys else None
+        here = [self._effects[key] for key in self._keys_at.get(position, ())]
+        # A position holds at most one effect in doubt and, apart from rolled-back ones, at most one that
+        # happened (an emit settles the first before it tries again, and stops at the second); the
+        # rest did not happen. So what decides is found by status, whatever order keys were issued in.
+        for wanted in (UNSETTLED, {"confirmed"}):
+            deciding = [effect for effect in here if effect.status in wanted]
+            if deciding:
+                return deciding[-1]
+        return here[-1] if here else None
 
     def _settle_in_session(self, effect: EffectRecord) -> EffectRecord:
         """Decide an effect whose outcome is unknown before anything more is sent at its position."""
@@ -414,21 +447,38 @@ class Session:
             ) from None
         return _reconcile_one(self, effect, decide)
 
-    def _refused_here(self, position: str, target: Any, digest: str) -> EffectRecord | None:
-        for key in self._keys_at.get(position, ()):
+    def _not_sent_at(self, position: str, content: tuple[Any, str], caller_key: str | None) -> EffectRecord | None:
+        """An effect with this content, kind and scope that was not sent (positions may have moved since
+        it was tried): it goes out again under its own key, so the provider never sees it under two."""
+        if caller_key is not None and caller_key in self._effects:
+            candidates = [caller_key]
+        else:
+            candidates = self._keys_like.get(_content_slot(position, content), [])
+        for key in candidates:
             effect = self._effects[key]
-            if effect.status == "failed" and (effect.target, effect.payload_hash) == (target, digest):
+            if effect.status == "not_sent" and (effect.target, effect.payload_hash) == content:
                 return effect
         return None
 
-    def _forget_intent(self, key: str, previous: EffectRecord | None, position: str) -> None:
+    def _refused_at(self, position: str, content: tuple[Any, str]) -> EffectRecord | None:
+        """An effect with this content that did not happen at ``position``."""
+        for key in self._keys_at.get(position, ()):
+            effect = self._effects[key]
+            if effect.status in ("failed", "not_sent") and (effect.target, effect.payload_hash) == content:
+                return effect
+        return None
+
+    def _forget_intent(self, key: str, previous: EffectRecord | None, position: str, content: tuple[Any, str]) -> None:
         if previous is not None:
             self._effects[key] = previous
-        else:
-            self._effects.pop(key, None)
-            keys_here = self._keys_at.get(position, [])
-            if key in keys_here:
-                keys_here.remove(key)
+            if previous.position != position:
+                self._keys_at[position].remove(key)
+                self._keys_at.setdefault(previous.position, []).append(key)
+            return
+        self._effects.pop(key, None)
+        for index in (self._keys_at.get(position, []), self._keys_like.get(_content_slot(position, content), [])):
+            if key in index:
+                index.remove(key)
 
     def _record_attempt(self, key: str, attempt: int, outcome: Any, reason: str, emitted: list[str]) -> None:
         self._attempts.append(
@@ -477,6 +527,12 @@ class Session:
             raise
         self._committed = snapshot
         return checkpoint
+
+
+def _content_slot(position: str, content: tuple[Any, str]) -> str:
+    """The scope and kind of a position (``<scope><kind>#<n>`` without ``#<n>``), with the content."""
+    target, digest = content
+    return position.rsplit("#", 1)[0] + "\0" + json.dumps(target, sort_keys=True) + "\0" + digest
 
 
 def _escape(name: str) -> str:
