@@ -32,14 +32,17 @@ from __future__ import annotations
 import bisect
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Final, TypeVar, cast
+from typing import Any, Final, TypeVar, cast
+
+from .errors import InvalidArgumentError, describe
 
 __all__ = [
     "DEFAULT_PATTERNS",
     "DEFAULT_REDACTOR",
     "DEFAULT_SECRET_KEY_NAMES",
+    "MAX_DEPTH",
     "NON_SECRET_TOKEN_QUALIFIERS",
     "NO_REDACTION",
     "SECRET_ASSIGNMENT",
@@ -69,6 +72,13 @@ def marker(kind: str) -> str:
     return f"[REDACTED:{kind}]"
 
 
+def _items(value: object, what: str) -> list[Any]:
+    """A collection argument as a list; one string is not a collection of strings."""
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise InvalidArgumentError(f"{what} is a collection (a list or set), not {type(value).__name__}")
+    return list(value)
+
+
 @dataclass(frozen=True, slots=True)
 class SecretPattern:
     """One kind of secret: ``regex`` finds it, ``group`` is the part that is replaced.
@@ -85,17 +95,21 @@ class SecretPattern:
 
     def __post_init__(self) -> None:
         if not isinstance(self.kind, str) or not _KIND.fullmatch(self.kind):
-            raise ValueError(
-                f"secret kind {self.kind!r}: use letters, digits, '-', '_' and '.', starting with a letter or digit"
+            raise InvalidArgumentError(
+                f"secret kind {describe(self.kind)}: use letters, digits, '-', '_' and '.', starting with a letter or digit"
             )
         if not isinstance(self.regex, re.Pattern) or not isinstance(self.regex.pattern, str):
-            raise TypeError(f"secret pattern {self.kind!r}: regex must be a compiled str pattern (re.compile(...))")
-        if not 0 <= self.group <= self.regex.groups:
-            raise ValueError(f"secret pattern {self.kind!r}: group {self.group} but the regex has {self.regex.groups} groups")
+            raise InvalidArgumentError(f"secret pattern {self.kind!r}: regex must be a compiled str pattern (re.compile(...))")
+        if isinstance(self.group, bool) or not isinstance(self.group, int) or not 0 <= self.group <= self.regex.groups:
+            raise InvalidArgumentError(
+                f"secret pattern {self.kind!r}: group {describe(self.group)}, but the regex has {self.regex.groups} groups"
+            )
         if not isinstance(self.anchors, tuple) or any(
             not isinstance(a, str) or not a or not a.isascii() or a != a.lower() for a in self.anchors
         ):
-            raise ValueError(f"secret pattern {self.kind!r}: anchors must be a tuple of non-empty lower-case ASCII strings")
+            raise InvalidArgumentError(
+                f"secret pattern {self.kind!r}: anchors must be a tuple of non-empty lower-case ASCII strings"
+            )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -136,12 +150,12 @@ def key_words(key: str) -> tuple[str, ...]:
 
 def _name_words(names: Iterable[str]) -> frozenset[tuple[str, ...]]:
     out: set[tuple[str, ...]] = set()
-    for name in names:
+    for name in _items(names, "secret key names"):
         if not isinstance(name, str):
-            raise TypeError(f"secret key names are strings, not {type(name).__name__}")
+            raise InvalidArgumentError(f"secret key names are strings, not {type(name).__name__}")
         words = key_words(name)
         if not words:
-            raise ValueError(f"secret key name {name!r} has no ASCII letters or digits")
+            raise InvalidArgumentError(f"secret key name {describe(name)} has no ASCII letters or digits")
         out.add(words)
     return frozenset(out)
 
@@ -184,6 +198,7 @@ def _name_regex(words: Sequence[str]) -> str:
     up = re.escape(c.upper())
     head = f"[{up}{re.escape(c)}]" if c.isalpha() else re.escape(c)
     boundary = f"(?<![A-Za-z]{'.' * n})"  # after a non-letter: db_password, PASSWORD, 2fa_secret
+    boundary += f"|(?<=\\\\[nrt]{'.' * n})"  # after an escaped line break or tab, in a repr or JSON string
     boundary += f"|(?<=[a-z]{up}{'.' * (n - 1)})"  # camelCase: dbPassword
     if n > 1:
         boundary += f"|(?<=[A-Z]{up}[a-z]{'.' * (n - 2)})"  # after an acronym: XApiKey
@@ -355,13 +370,22 @@ _DEFAULT_ASSIGNMENT: Final = assignment_patterns(DEFAULT_SECRET_KEY_NAMES)
 #: The built-in patterns, most specific first (on overlap, the first names the kind).
 DEFAULT_PATTERNS: Final[tuple[SecretPattern, ...]] = _SPECIFIC_PATTERNS + _DEFAULT_ASSIGNMENT
 
+#: How deep containers may nest in a value given to redact (a record nests a caller's value at
+#: most a few levels below the store's own limit; the walk is recursive, two frames a level).
+MAX_DEPTH: Final = 200
+
 # Up to this length the anchors are found by one regex over the string (a few microseconds, and
 # none found means only the unanchored patterns run); a longer string gets one find pass per anchor.
 _SCAN_MAX_LEN: Final = 1024
 
 # A header line up to its value: at a line start, a header-like name, a colon (not "::" or ":=").
 # The name is bounded, so a line costs one short match; only secret names go on to their value.
-_HEADER_LINE = re.compile(r"(?m)^[ \t]*+([A-Za-z][A-Za-z0-9_.\-]{0,127}+)[ \t]*+:(?![:=])[ \t]*+")
+_HEADER = r"[ \t]*+([A-Za-z][A-Za-z0-9_.\-]{0,127}+)[ \t]*+:(?![:=])[ \t]*+"
+_HEADER_LINE = re.compile("(?m)^" + _HEADER)
+# A line may also start after an escaped line break ("\\n" in a repr or a JSON string), and then it
+# also ends at one. Those are found with str.find: a lookbehind would cost a regex step per character.
+_HEADER_AFTER_ESCAPE = re.compile(_HEADER)
+_ESCAPED_BREAKS: Final = ("\\n", "\\r")
 # An auth scheme before the credential stays readable ("Authorization: Bearer [REDACTED:...]").
 _SCHEME = re.compile(r"(?ai:bearer|basic|token|digest|negotiate)[ \t]++")
 # A language literal or type name is no secret ("password: str", "token: null"); a quoted value is
@@ -369,6 +393,8 @@ _SCHEME = re.compile(r"(?ai:bearer|basic|token|digest|negotiate)[ \t]++")
 # redacted before (so text appended to a redacted name, "...[REDACTED:jwt]#0", stays as it is).
 _NOT_A_VALUE = re.compile(r"[\"'`]|\[REDACTED:|(?ai:null|none|nil|true|false|undefined|str|string|bytes|int)(?![A-Za-z0-9_])")
 _LINE_END = re.compile(r"[\r\n]")
+# Escaped once or more (\n, \\n), from the start of the backslash run, which keeps the search linear.
+_ESCAPED_LINE_END = re.compile(r"[\r\n]|(?<!\\)\\++[nr]")
 
 # Name/value objects ({"name": "API_KEY", "value": ...}, HAR headers, Kubernetes env, AWS tags):
 # the spellings of the field that names and of the field that holds the value.
@@ -441,19 +467,17 @@ class Redactor:
         allow: Iterable[str | re.Pattern[str]] = (),
         secret_key_names: Iterable[str] | None = None,
     ) -> None:
-        if isinstance(secret_key_names, str):
-            raise TypeError("secret_key_names is a collection of names, not one string")
-        names = DEFAULT_SECRET_KEY_NAMES if secret_key_names is None else frozenset(secret_key_names)
+        names = DEFAULT_SECRET_KEY_NAMES if secret_key_names is None else _items(secret_key_names, "secret_key_names")
         self._secret_names = _name_words(names)
         if patterns is None:
             assignment = _DEFAULT_ASSIGNMENT if secret_key_names is None else assignment_patterns(names)
             base = list(_SPECIFIC_PATTERNS + assignment)
         else:
-            base = list(patterns)
-        extras = list(extra_patterns)
+            base = _items(patterns, "patterns")
+        extras = _items(extra_patterns or (), "extra_patterns")
         for p in (*base, *extras):
             if not isinstance(p, SecretPattern):
-                raise TypeError(f"patterns are SecretPattern, not {type(p).__name__}")
+                raise InvalidArgumentError(f"patterns are SecretPattern, not {type(p).__name__}")
         generic = [i for i, p in enumerate(base) if p.kind == SECRET_ASSIGNMENT]
         cut = generic[0] if generic else len(base)
         self._patterns: tuple[SecretPattern, ...] = (*base[:cut], *extras, *base[cut:])
@@ -469,13 +493,13 @@ class Redactor:
         self._by_anchor = {a: frozenset(i for i, ns in enumerate(self._needles) if any(n == a for n, _ in ns)) for a in anchors}
         strings: set[str] = set()
         regexes: list[re.Pattern[str]] = []
-        for a in allow:
+        for a in _items(allow or (), "allow"):
             if isinstance(a, str):
                 strings.add(a)
             elif isinstance(a, re.Pattern) and isinstance(a.pattern, str):
                 regexes.append(a)
             else:
-                raise TypeError(f"allow takes strings and compiled str regexes, not {type(a).__name__}")
+                raise InvalidArgumentError(f"allow takes strings and compiled str regexes, not {type(a).__name__}")
         self._allow_strings = frozenset(strings)
         self._allow_regexes = tuple(regexes)
         # key -> secret?, and the keys redaction leaves unchanged (a schema repeats its keys in
@@ -502,19 +526,20 @@ class Redactor:
         are kept); keys that become equal stay apart, the later ones numbered in the dict's order
         (``[REDACTED:jwt]``, ``[REDACTED:jwt#2]``). Idempotent: ``redact(redact(x)) == redact(x)``.
 
-        Raises TypeError for any other type: a value that cannot be scanned must not be stored.
+        Raises InvalidArgumentError for any other type, and for a value nested more than
+        ``MAX_DEPTH`` levels deep: a value that cannot be scanned must not be stored.
         """
-        return cast(_T, self._walk(value, None))
+        return cast(_T, self._walk(value, None, 0))
 
     def redact_text(self, text: str) -> str:
         """One string with every secret replaced by its marker: free text, or a name (a step name,
         an effect kind, a budget unit, an idempotency key), which gets the same treatment."""
-        return self._text(text, None)
+        return self._text(_text_argument(text, "redact_text"), None)
 
     def found(self, value: object) -> list[str]:
         """The kinds of the secrets in a value, one entry per replacement, in order; never the secrets."""
         kinds: list[str] = []
-        self._walk(value, kinds)
+        self._walk(value, kinds, 0)
         return kinds
 
     def is_secret_key(self, key: str) -> bool:
@@ -522,6 +547,15 @@ class Redactor:
         whole. A marker in the key counts as the word ``redacted``, which names no secret: a key
         that held a token (``ghp_...`` -> ``[REDACTED:github-token]``) does not become secret-named
         by its marker, so a second pass decides as the first did."""
+        return self._secret_key(_text_argument(key, "is_secret_key"))
+
+    def is_allowed(self, text: str) -> bool:
+        """Whether the allow-list keeps this text although a pattern found it."""
+        return self._allowed(_text_argument(text, "is_allowed"))
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _secret_key(self, key: str) -> bool:
         hit = self._key_cache.get(key)
         if hit is None:
             words = key_words(_MARKER.sub(" redacted ", key) if _MARKER_START in key else key)
@@ -530,32 +564,33 @@ class Redactor:
                 self._key_cache[key] = hit
         return hit
 
-    def is_allowed(self, text: str) -> bool:
-        """Whether the allow-list keeps this text although a pattern found it."""
-        return text in self._allow_strings or any(r.fullmatch(text) for r in self._allow_regexes)
+    def _allowed(self, text: str) -> bool:
+        return text in self._allow_strings or (
+            bool(self._allow_regexes) and any(r.fullmatch(text) for r in self._allow_regexes)
+        )
 
-    # -- internals ----------------------------------------------------------------------------
-
-    def _walk(self, value: object, kinds: list[str] | None) -> object:
+    def _walk(self, value: object, kinds: list[str] | None, depth: int) -> object:
         if isinstance(value, str):
             return self._text(value, kinds)
         if value is None or isinstance(value, int | float):  # bool is an int
             return value
+        if depth >= MAX_DEPTH:
+            raise _too_deep()
         if isinstance(value, dict):
-            return self._dict(value, kinds, hide=False)
+            return self._dict(value, kinds, depth + 1, hide=False)
         if isinstance(value, list | tuple):
             if len(value) == 2 and isinstance(value[0], str):
                 name = self._text(value[0], kinds)
-                if self.is_secret_key(name):  # a header pair: ["X-Api-Key", value]
-                    pair = [name, self._hide(value[1], kinds)]
+                if self._secret_key(name):  # a header pair: ["X-Api-Key", value]
+                    pair = [name, self._hide(value[1], kinds, depth + 1)]
                     return pair if isinstance(value, list) else tuple(pair)
-                rest = self._walk(value[1], kinds)
+                rest = self._walk(value[1], kinds, depth + 1)
                 return [name, rest] if isinstance(value, list) else (name, rest)
-            items = [self._walk(v, kinds) for v in value]
+            items = [self._walk(v, kinds, depth + 1) for v in value]
             return items if isinstance(value, list) else tuple(items)
         raise _not_json(value)
 
-    def _hide(self, value: object, kinds: list[str] | None) -> object:
+    def _hide(self, value: object, kinds: list[str] | None, depth: int) -> object:
         """A secret's value: every scalar replaced whole, the shape of containers kept."""
         if isinstance(value, str):
             return self._field(value, kinds)
@@ -565,15 +600,17 @@ class Redactor:
             if kinds is not None:
                 kinds.append(SECRET_FIELD)
             return marker(SECRET_FIELD)
+        if depth >= MAX_DEPTH:
+            raise _too_deep()
         if isinstance(value, dict):
-            return self._dict(value, kinds, hide=True)
+            return self._dict(value, kinds, depth + 1, hide=True)
         if isinstance(value, list):
-            return [self._hide(v, kinds) for v in value]
+            return [self._hide(v, kinds, depth + 1) for v in value]
         if isinstance(value, tuple):
-            return tuple(self._hide(v, kinds) for v in value)
+            return tuple(self._hide(v, kinds, depth + 1) for v in value)
         raise _not_json(value)
 
-    def _dict(self, value: dict[object, object], kinds: list[str] | None, *, hide: bool) -> dict[object, object]:
+    def _dict(self, value: dict[object, object], kinds: list[str] | None, depth: int, *, hide: bool) -> dict[object, object]:
         """A dict with its keys redacted as text and its values redacted (or, with ``hide``, all
         hidden). A value is hidden under a secret-named key, and beside a secret name in a small
         name/value object."""
@@ -595,10 +632,10 @@ class Redactor:
         secret_value = not hide and len(value) <= _NAME_VALUE_MAX_FIELDS and self._names_a_secret(value, keys)
         out: dict[object, object] = {}
         for key, v in zip(keys, value.values(), strict=True):
-            if hide or (isinstance(key, str) and (self.is_secret_key(key) or (secret_value and key in _VALUE_FIELDS))):
-                out[key] = self._hide(v, kinds)
+            if hide or (isinstance(key, str) and (self._secret_key(key) or (secret_value and key in _VALUE_FIELDS))):
+                out[key] = self._hide(v, kinds, depth)
             else:
-                out[key] = self._walk(v, kinds)
+                out[key] = self._walk(v, kinds, depth)
         return out
 
     def _names_a_secret(self, value: dict[object, object], keys: list[object]) -> bool:
@@ -607,13 +644,13 @@ class Redactor:
             return False
         for key, v in zip(keys, value.values(), strict=True):
             # The name as it will be stored decides, so that a second pass decides the same.
-            if key in _NAME_FIELDS and isinstance(v, str) and self.is_secret_key(self._text(v, None)):
+            if key in _NAME_FIELDS and isinstance(v, str) and self._secret_key(self._text(v, None)):
                 return True
         return False
 
     def _field(self, value: str, kinds: list[str] | None) -> str:
         # Empty says nothing; a marker is what an earlier pass left (keeps redact idempotent).
-        if not value or _MARKER.fullmatch(value) or self.is_allowed(value):
+        if not value or _MARKER.fullmatch(value) or self._allowed(value):
             return value
         if kinds is not None:
             kinds.append(SECRET_FIELD)
@@ -674,7 +711,7 @@ class Redactor:
                 matches = pattern.regex.finditer(text)
             for m in matches:
                 start, end = m.span(pattern.group)
-                if start < end and not self.is_allowed(text[start:end]):
+                if start < end and not self._allowed(text[start:end]):
                     found.append((start, end, index))
         if self._headers and ":" in text:
             found.extend(self._header_values(text, found))
@@ -711,8 +748,8 @@ class Redactor:
         out: list[tuple[int, int, int]] = []
         starts: list[int] | None = None
         ends: list[int] = []
-        for m in _HEADER_LINE.finditer(text):
-            if not self.is_secret_key(m.group(1)):
+        for m, escaped in _header_names(text):
+            if not self._secret_key(m.group(1)):
                 continue
             start = m.end()
             scheme = _SCHEME.match(text, start)
@@ -726,16 +763,31 @@ class Redactor:
             if i >= 0 and ends[i] > m.start():
                 continue  # inside another span (a PEM block's lines), which hides it anyway
             end = start
-            while (eol := _LINE_END.search(text, end)) is not None:
+            line_end = _ESCAPED_LINE_END if escaped else _LINE_END
+            while (eol := line_end.search(text, end)) is not None:
                 i = bisect.bisect_right(starts, eol.start()) - 1
                 if i < 0 or ends[i] <= eol.start():
                     break
                 end = ends[i]  # the break is inside a span: the line goes on after it
             stop = len(text) if eol is None else eol.start()
             end = start + len(text[start:stop].rstrip(" \t"))
-            if start < end and not self.is_allowed(text[start:end]):
+            if start < end and not self._allowed(text[start:end]):
                 out.append((start, end, len(self._patterns)))
         return out
+
+
+def _header_names(text: str) -> Iterator[tuple[re.Match[str], bool]]:
+    """Every header-like ``Name:`` at a line start, and whether its line starts after an escaped break."""
+    yield from ((m, False) for m in _HEADER_LINE.finditer(text))
+    if "\\" not in text:
+        return
+    for escape in _ESCAPED_BREAKS:
+        at = text.find(escape)
+        while at != -1:
+            m = _HEADER_AFTER_ESCAPE.match(text, at + 2)
+            if m is not None:
+                yield m, True
+            at = text.find(escape, at + 2)
 
 
 def _merged(spans: list[tuple[int, int, int]]) -> tuple[list[int], list[int]]:
@@ -751,11 +803,21 @@ def _merged(spans: list[tuple[int, int, int]]) -> tuple[list[int], list[int]]:
     return starts, ends
 
 
-def _not_json(value: object) -> TypeError:
-    return TypeError(
+def _not_json(value: object) -> InvalidArgumentError:
+    return InvalidArgumentError(
         f"cannot redact a {type(value).__name__}: only JSON-like values are scanned "
         "(dict, list, tuple, str, int, float, bool, None)"
     )
+
+
+def _too_deep() -> InvalidArgumentError:
+    return InvalidArgumentError(f"cannot redact a value nested more than {MAX_DEPTH} levels deep")
+
+
+def _text_argument(value: object, what: str) -> str:
+    if not isinstance(value, str):
+        raise InvalidArgumentError(f"Redactor.{what} takes a str, not {type(value).__name__}")
+    return value
 
 
 def _distinct(old: list[object], new: list[object]) -> list[object]:

@@ -10,20 +10,24 @@ from __future__ import annotations
 import base64
 import copy
 import hashlib
+import json
 import random
 import re
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from s3ckpt.errors import InvalidArgumentError, S3ckptError
 from s3ckpt.redaction import (
     DEFAULT_PATTERNS,
     DEFAULT_REDACTOR,
     DEFAULT_SECRET_KEY_NAMES,
+    MAX_DEPTH,
     NO_REDACTION,
     SECRET_ASSIGNMENT,
     SECRET_FIELD,
@@ -543,6 +547,24 @@ def test_text_appended_to_a_redacted_name_stays_as_it_is() -> None:
             assert R.redact_text(name) == name, (case.name, suffix)
 
 
+@pytest.mark.parametrize("encode", [repr, json.dumps, lambda t: json.dumps(json.dumps(t))], ids=["repr", "json", "json twice"])
+def test_text_in_a_repr_or_a_json_string_is_redacted_too(encode: Callable[[str], str]) -> None:
+    # Error messages and log lines show text escaped: line breaks as \\n, quotes as \\".
+    request = "GET / HTTP/1.1\r\nAuthorization: Bearer abc.def-1234\r\nCookie: a=1; sid=xyz\r\nHost: h"
+    out = R.redact_text(encode(request))
+    assert out == encode(
+        "GET / HTTP/1.1\r\nAuthorization: Bearer [REDACTED:bearer-token]\r\nCookie: [REDACTED:secret-assignment]\r\nHost: h"
+    )
+    for case in SECRETS:
+        out = R.redact_text(encode(case.text))
+        assert encode(case.secret)[1:-1] not in out, case.name
+        assert R.redact_text(out) == out, case.name
+    assert (
+        R.redact_text(str(KeyError("build\npassword: hunter2\ndone")))
+        == "'build\\npassword: [REDACTED:secret-assignment]\\ndone'"
+    )
+
+
 def test_header_lines_follow_the_name_value_pattern() -> None:
     assert Redactor(secret_key_names=["pin"]).redact_text("PIN: 12 34\nx") == "PIN: [REDACTED:secret-assignment]\nx"
     assert Redactor(patterns=[]).redact_text("password: two words") == "password: two words"
@@ -556,10 +578,29 @@ def test_names_get_the_same_treatment_as_text() -> None:
         assert R.redact({name: [name]}) == {f"step {case.expected}": [f"step {case.expected}"]}
 
 
-@pytest.mark.parametrize("bad", [b"bytes", {1, 2}, object(), {"nested": [bytearray(b"x")]}])
+@pytest.mark.parametrize("bad", [b"bytes", {1, 2}, object(), {"nested": [bytearray(b"x")]}, {"password": [b"x"]}])
 def test_non_json_values_are_refused(bad: object) -> None:
-    with pytest.raises(TypeError, match="JSON-like"):
+    with pytest.raises(InvalidArgumentError, match="JSON-like"):
         R.redact(bad)
+    with pytest.raises(InvalidArgumentError, match="JSON-like"):
+        R.found(bad)
+
+
+def test_values_nested_too_deep_are_refused_not_crashed() -> None:
+    ok: object = "password=hunter2"
+    for _ in range(MAX_DEPTH):
+        ok = [ok]
+    assert "hunter2" not in str(R.redact(ok))
+    for deep in ([ok], {"k": ok}, {"password": [ok]}):
+        with pytest.raises(InvalidArgumentError, match="levels deep"):
+            R.redact(deep)
+
+
+@pytest.mark.parametrize("method", ["redact_text", "is_secret_key", "is_allowed"])
+@pytest.mark.parametrize("bad", [None, 3, b"text", {"a": 1}, ["x"]])
+def test_text_methods_refuse_what_is_not_text(method: str, bad: object) -> None:
+    with pytest.raises(InvalidArgumentError, match="takes a str"):
+        getattr(R, method)(bad)
 
 
 # -- configuration -----------------------------------------------------------------------------
@@ -652,22 +693,36 @@ def test_found_reports_kinds_in_order_never_secrets() -> None:
 
 
 def test_invalid_configuration_is_refused() -> None:
-    with pytest.raises(ValueError, match="kind"):
+    # Typed errors (S3ckptError and ValueError), each saying what is wrong.
+    with pytest.raises(InvalidArgumentError, match="kind"):
         SecretPattern("has space", re.compile("x"))
-    with pytest.raises(ValueError, match="group"):
+    with pytest.raises(InvalidArgumentError, match="kind"):
+        SecretPattern(None, re.compile("x"))  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="group"):
         SecretPattern("k", re.compile("(x)"), 2)
-    with pytest.raises(ValueError, match="anchors"):
+    with pytest.raises(InvalidArgumentError, match="group"):
+        SecretPattern("k", re.compile("(x)"), "1")  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="anchors"):
         SecretPattern("k", re.compile("x"), anchors=("UPPER",))
-    with pytest.raises(TypeError, match="compiled"):
+    with pytest.raises(InvalidArgumentError, match="compiled"):
         SecretPattern("k", "x")  # type: ignore[arg-type]
-    with pytest.raises(TypeError):
+    with pytest.raises(InvalidArgumentError, match="allow"):
         Redactor(allow=[3])  # type: ignore[list-item]
-    with pytest.raises(TypeError):
+    with pytest.raises(InvalidArgumentError, match="SecretPattern"):
         Redactor(patterns=["x"])  # type: ignore[list-item]
-    with pytest.raises(TypeError, match="collection"):
+    with pytest.raises(InvalidArgumentError, match="collection"):
         Redactor(secret_key_names="password")
-    with pytest.raises(ValueError, match="no ASCII"):
+    with pytest.raises(InvalidArgumentError, match="collection"):
+        Redactor(patterns=True)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="collection"):
+        Redactor(extra_patterns=3)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="no ASCII"):
         Redactor(secret_key_names=["--"])
+    with pytest.raises(InvalidArgumentError, match="strings"):
+        Redactor(secret_key_names=[b"pin"])  # type: ignore[list-item]
+    assert issubclass(InvalidArgumentError, S3ckptError)
+    # None for a collection means none.
+    assert Redactor(extra_patterns=None, allow=None).redact_text("x") == "x"  # type: ignore[arg-type]
 
 
 def test_default_names_and_assignment_patterns() -> None:
@@ -767,6 +822,9 @@ PATHOLOGICAL = {
     "header lines": "token: x y\n" * 50_000,
     "header lines, plain": "Accept: x y\n" * 50_000,
     "lines": "\n" * 300_000 + ":",
+    "escaped lines": "\\n" * 300_000 + ":",
+    "escaped header lines": "\\ntoken: x y" * 50_000,
+    "escaped header, backslashes": "\\npassword: x" + "\\" * 300_000,
     "header lines in a pem": "password: -----BEGIN RSA PRIVATE KEY-----\n"
     + "token: abc\n" * 20_000
     + "-----END RSA PRIVATE KEY-----"

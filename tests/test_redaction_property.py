@@ -135,8 +135,17 @@ HEADER_LINE = st.builds(
     st.sampled_from(["", "; theme=dark", " and more words", "  "]),
     TEXT,
 )
+_PLAIN_SECRET_TEXT = st.one_of(CASES.map(lambda c: Planted(c.text, frozenset({c.secret}))), BARE_SECRET, IN_TEXT, HEADER_LINE)
+# The same text as a repr or a JSON string shows it (an error message, a log line): line breaks and
+# quotes escaped. The secret is looked for as it is written there.
+ENCODINGS = {"repr": repr, "json": json.dumps}
+ESCAPED = st.builds(
+    lambda p, encode: Planted(encode(p.value), frozenset(encode(s)[1:-1] for s in p.secrets)),
+    _PLAIN_SECRET_TEXT,
+    st.sampled_from(list(ENCODINGS.values())),
+)
 #: Strings that carry a secret wherever they are: a value, a key, a name.
-SECRET_TEXT = st.one_of(CASES.map(lambda c: Planted(c.text, frozenset({c.secret}))), BARE_SECRET, IN_TEXT, HEADER_LINE)
+SECRET_TEXT = st.one_of(_PLAIN_SECRET_TEXT, ESCAPED)
 
 UNDER_SECRET_KEY = st.builds(lambda key, hidden: _dict([(Planted(key), hidden)]), st.sampled_from(SECRET_KEYS), HIDDEN)
 PAIR = st.builds(
@@ -264,7 +273,8 @@ def test_no_planted_secret_survives_redact(planted: Planted) -> None:
     assert unhidden_secret_places(out) == []
     assert R.redact(out) == out  # once redacted, redacted for good
     assert R.redact(value) == out  # deterministic
-    assert R.found(value)  # something was planted, and found
+    if leaks(value, planted.secrets, planted.numbers):  # (a duplicate key may have dropped what was planted)
+        assert R.found(value)  # something was planted, and found
     assert R.found(out) == []
     assert _shape(out) == _shape(value)  # keys may change, never how many or where
 
