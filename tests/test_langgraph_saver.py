@@ -222,7 +222,7 @@ def test_pending_writes_live_beside_the_log_and_another_saver_sees_them(tmp_path
         seen = reader.get_tuple({"configurable": {"thread_id": "w", "checkpoint_ns": ""}})
         assert seen is not None
         assert sorted(seen.pending_writes or []) == sorted([("task", "a", 1), ("task", "b", "two"), ("task", ERROR, "first")])
-        # A special channel overwrites, and a reader that already loaded the thread sees the change.
+        # A later special write supersedes the first, and a reader that already loaded the thread sees it.
         time.sleep(0.01)
         writer.put_writes(config, [(ERROR, "second")], "task")
         writer.put_writes(config, [("c", 3)], "other")

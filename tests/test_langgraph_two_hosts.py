@@ -14,9 +14,10 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.checkpoint.serde.types import ERROR, RESUME
 
@@ -91,7 +92,7 @@ def hosts(moto_s3: S3Bucket, tmp_path: Path) -> Iterator[tuple[Worker, Worker, s
                 w.close()
 
 
-def _config(thread: str, checkpoint_id: str | None = None) -> dict[str, Any]:
+def _config(thread: str, checkpoint_id: str | None = None) -> RunnableConfig:
     conf: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ""}
     if checkpoint_id:
         conf["checkpoint_id"] = checkpoint_id
@@ -162,7 +163,7 @@ def _loser_would_have_counted(saver: S3ckptSaver, thread: str, x: str) -> tuple[
     their writes, the first regular and the latest special write of a (task, idx) of any host,
     would have picked one of them over the winner's). Reads the saver's index of x."""
     lg = saver._log_of(thread, "")
-    winner = lg.records[max(lg.children[x])].state["wr"]
+    winner = cast(dict[str, Any], lg.records[max(lg.children[x])].state)["wr"]
     objects = sorted((lg.wobjs[k] for k in lg.writes.get(x, ())), key=lambda wo: (wo.t, wo.key))
     ran = {(wo.task, idx) for wo in objects if wo.writer == winner for idx, _, _ in wo.w}
     chosen: dict[tuple[str, int], str | None] = {}

@@ -7,10 +7,16 @@ run's log, created with create-if-absent at the next sequence number after the l
 saver observed. If another writer appended since this saver last read the thread, the sequence
 number is taken and the call raises :class:`s3ckpt.ConflictError`: two graphs (processes, or
 savers) cannot fork one thread. A ``put_writes`` call is one sealed object beside the log,
-``runs/<run>/writes/<checkpoint>/<task>/<indexes>``, created with create-if-absent (overwritten
-when it holds special channels): it takes no log position, so it overlaps the next ``put``. While
-puts of the run are under way (LangGraph's async durability), a ``put_writes`` instead waits for
-the put whose parent is its checkpoint and rides in that put's record (``pw``).
+``runs/<run>/writes/<checkpoint>/<task>/<writer>/<indexes>``, created with create-if-absent and
+never overwritten: it takes no log position, so it overlaps the next ``put``. While puts of the
+run are under way (LangGraph's async durability), a ``put_writes`` instead waits for the put whose
+parent is its checkpoint and rides in that put's record (``pw``).
+
+Several hosts may write pending writes of one checkpoint (two resumes of one interrupt, a resume
+by id after another host ran some tasks). Every read lists the thread, so each host's writes are
+seen; and a put names its writer and the other writers' writes it was computed from (``wr``,
+``wf``), so once a checkpoint has a child its pending writes are that child's, never a losing
+host's.
 
 Channel values are serialized with the saver's ``serde`` (LangGraph's JsonPlusSerializer, pickle
 fallback off). A small value is stored in the record; a large one is an artifact of the record,
@@ -133,14 +139,18 @@ def writes_prefix(run_id: str, checkpoint_id: str) -> str:
     return f"{run_prefix(run_id)}writes/{_segment(checkpoint_id)}/"
 
 
-def writes_key(run_id: str, checkpoint_id: str, task_id: str, idxs: Sequence[int], writer: str | None) -> str:
+def writes_key(run_id: str, checkpoint_id: str, task_id: str, idxs: Sequence[int], writer: str | None, t: int = 0) -> str:
     """The key of the writes object of one ``put_writes`` call (its writes' indexes, in order) by
-    one writer (a saver's ``writer_id``): no writer's object is ever overwritten by another's.
-    ``writer=None`` is the layout before writers were named (read, never written)."""
-    task = _segment(task_id)
-    if writer is not None:
-        task = f"{task}/{_segment(writer)}"
-    return f"{writes_prefix(run_id, checkpoint_id)}{task}/{_idx_name(idxs)}"
+    one writer (a saver's ``writer_id``), written at ``t``. A call with a special channel (negative
+    index) is named by its time too: special writes supersede earlier ones by a newer object, so
+    no object is ever overwritten, and what a key names never changes. ``writer=None`` is the
+    layout before writers were named (read, never written)."""
+    name = _idx_name(idxs)
+    if writer is None:
+        return f"{writes_prefix(run_id, checkpoint_id)}{_segment(task_id)}/{name}"
+    if any(i < 0 for i in idxs):
+        name = f"{name}.{t}"
+    return f"{writes_prefix(run_id, checkpoint_id)}{_segment(task_id)}/{_segment(writer)}/{name}"
 
 
 @dataclass(frozen=True)
@@ -162,7 +172,7 @@ class _Writes:
 
     def ident(self, run_id: str) -> str:
         """Its name whether it is an object or rides in a record: the key of its object."""
-        return writes_key(run_id, self.checkpoint_id, self.task, [w[0] for w in self.w], self.writer)
+        return writes_key(run_id, self.checkpoint_id, self.task, [w[0] for w in self.w], self.writer, self.t)
 
 
 @dataclass
@@ -378,12 +388,10 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
                     del lg.writes[old.checkpoint_id]
 
     def _store_writes(self, lg: _Log, wo: _Writes) -> _Writes | None:
-        """Write a writes object: create-if-absent when all its indexes are regular (a repeat is a
-        no-op: None), overwrite when it holds a special channel (those overwrite)."""
+        """Write a writes object, create-if-absent (a repeat is a no-op: None)."""
         data = self._seal_writes(lg.run.run_id, wo)
-        special = any(idx < 0 for idx, _, _ in wo.w)
         try:
-            result = self.store.backend.put(wo.key, data, mode="overwrite" if special else "create")
+            result = self.store.backend.put(wo.key, data, mode="create")
         except PreconditionFailedError:
             return None
         return replace(wo, etag=result.etag)
@@ -784,8 +792,9 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
             raise
         if not entries:
             return
-        key = writes_key(lg.run.run_id, checkpoint_id, task_id, [e[0] for e in entries], self.writer_id)
-        wo = _Writes(key, checkpoint_id, task_id, task_path, entries, artifacts, time.time_ns(), self.writer_id)
+        t = time.time_ns()
+        key = writes_key(lg.run.run_id, checkpoint_id, task_id, [e[0] for e in entries], self.writer_id, t)
+        wo = _Writes(key, checkpoint_id, task_id, task_path, entries, artifacts, t, self.writer_id)
         if me is not None and not artifacts and self._ride(lg, me, wo):
             return
         stored_wo = self._store_writes(lg, wo)
@@ -876,7 +885,7 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
     ) -> builtins.list[tuple[str, str, int, str, _Writes, _Ref]]:
         """The pending writes of a checkpoint (only ``writer``'s when given): (task, channel, idx,
         path, object, ref) in writes_sort_key order. Objects apply in the order they were written:
-        the first write of a (task, idx) wins; special (negative idx) writes overwrite."""
+        the first write of a (task, idx) wins; of special (negative idx) ones, the latest."""
         found: dict[tuple[str, int], tuple[str, str, int, str, _Writes, _Ref]] = {}
         if writer is None:
             counted = cls._counted(lg, checkpoint_id)
