@@ -36,7 +36,7 @@ from hypothesis import strategies as st
 
 import s3ckpt
 from s3ckpt.backends import MemoryBackend, open_backend
-from s3ckpt.backends._s3 import S3Backend
+from s3ckpt.backends._s3 import S3Backend, transport_error
 from s3ckpt.errors import (
     BucketNotFoundError,
     ConfigurationError,
@@ -796,3 +796,17 @@ def test_generated_s3_options_are_typed_errors(sandbox: Path, options: dict[str,
         f"open_store(s3://bucket/p, {options})",
         lambda: _open_and_close(url="s3://bucket/p", key=s3ckpt.generate_key(), **options),
     )
+
+
+def test_transport_errors_of_any_aws_service_say_where_to_look() -> None:
+    """The same translation serves KMS (the keyring) as S3: what was asked and where its endpoint is set."""
+    kms_endpoint = "kms_endpoint_url= or AWS_ENDPOINT_URL_KMS"
+    down = transport_error(
+        botocore.exceptions.EndpointConnectionError(endpoint_url=DEAD_ENDPOINT), "KMS key alias/x", endpoint=kms_endpoint
+    )
+    assert isinstance(down, EndpointUnreachableError)
+    assert "KMS key alias/x" in str(down)
+    assert kms_endpoint in str(down)
+    missing = transport_error(botocore.exceptions.NoCredentialsError(), "KMS key alias/x", endpoint=kms_endpoint)
+    assert isinstance(missing, CredentialsError)
+    assert "aws configure" in str(missing)

@@ -118,6 +118,26 @@ def _code(exc: botocore.exceptions.ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 
 
+_S3_ENDPOINT = "the endpoint (--endpoint-url, endpoint_url= or AWS_ENDPOINT_URL)"
+
+
+def transport_error(exc: botocore.exceptions.BotoCoreError, what: str, *, endpoint: str = _S3_ENDPOINT) -> S3ckptError:
+    """The s3ckpt error for a botocore failure that is not a service's answer, for any AWS service
+    (``what``: "S3 for s3://bucket/key", "KMS key alias/x"; ``endpoint``: where its endpoint is set).
+    Credentials, an endpoint that cannot be reached, arguments botocore refused locally, and the rest."""
+    if isinstance(exc, _NO_CREDENTIALS):
+        return CredentialsError(f"no usable AWS credentials for {what} ({exc}). {_CREDENTIALS_FIX}.")
+    if isinstance(exc, _UNREACHABLE):
+        return EndpointUnreachableError(
+            f"cannot reach {what}: {exc}. Check {endpoint}, the region and the network, then try again."
+        )
+    if isinstance(exc, _MID_REQUEST):
+        return TransientBackendError(f"network error on {what}: {exc}; safe to retry")
+    if isinstance(exc, _INVALID):
+        return ConfigurationError(f"the request for {what} was refused before it was sent: {exc}. Check the names and region.")
+    return BackendError(f"the request for {what} failed: {exc}. Check {endpoint}, the region and the credentials.")
+
+
 def _optional_str(name: str, value: object) -> str | None:
     if value is None or (isinstance(value, str) and value):
         return value
@@ -217,24 +237,12 @@ class S3Backend(Backend):
 
     def _translate(self, exc: Exception, key: str) -> Exception:
         """The s3ckpt error for a botocore one; every message says what to do."""
-        where = f"{self.url}{key}"
         if isinstance(exc, botocore.exceptions.ClientError):
             return self._translate_response(exc, key)
-        if isinstance(exc, _NO_CREDENTIALS):
-            return CredentialsError(f"no usable AWS credentials for {where} ({exc}). {_CREDENTIALS_FIX}.")
-        if isinstance(exc, _UNREACHABLE):
-            return EndpointUnreachableError(
-                f"cannot reach S3 for {where}: {exc}. Check the endpoint (--endpoint-url, endpoint_url= or "
-                "AWS_ENDPOINT_URL), the region and the network, then try again."
-            )
         if isinstance(exc, _MID_REQUEST):
             return TransientBackendError(f"network error on {key}: {exc}; safe to retry")
-        if isinstance(exc, _INVALID):
-            return ConfigurationError(
-                f"S3 refused the request for {where} before sending it: {exc}. Check the bucket name and region."
-            )
         if isinstance(exc, botocore.exceptions.BotoCoreError):
-            return BackendError(f"S3 request for {where} failed: {exc}. Check the endpoint, the region and the credentials.")
+            return transport_error(exc, f"S3 for {self.url}{key}")
         return exc
 
     def _translate_response(self, exc: botocore.exceptions.ClientError, key: str) -> S3ckptError:
