@@ -322,6 +322,70 @@ store_settings = settings(
 )
 
 
+def decrypted_objects(root: Path, store: s3ckpt.Store) -> dict[str, Any]:
+    """Every object of a local store as what it holds: records and HEADs opened with the store's
+    cipher, each chunk a record references read through the blob store (JSON parsed where it is
+    JSON), config and key files as stored. Fails on an object it cannot account for, and on bytes
+    of a pack that no record references (they could not be checked)."""
+    out: dict[str, Any] = {}
+    packs: dict[str, int] = {}
+    manifests: dict[str, Manifest] = {}
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        key = path.relative_to(root).as_posix()
+        data = path.read_bytes()
+        parts = key.split("/")
+        if key == "config" or parts[0] == "keys" or parts[-1].startswith(".lock-"):
+            out[key] = data.decode("utf-8", "replace")
+        elif parts[0] == "runs" and len(parts) == 4 and parts[2] == "log":
+            run_id = decode_run_id(parts[1])
+            assert run_id is not None
+            record = codec.decode_record(store.cipher, data, run_id=run_id, seq=int(parts[3]), key=key)
+            out[key] = json.loads(record.model_dump_json())
+            found = {"state": record.state_manifest, "ledger": record.ledger_manifest}
+            found.update({f"artifact {name!r}": m for name, m in record.artifacts.items()})
+            manifests.update({f"{key} {name}": m for name, m in found.items() if m is not None})
+        elif parts[0] == "runs" and len(parts) == 3 and parts[2] == "HEAD":
+            run_id = decode_run_id(parts[1])
+            assert run_id is not None
+            out[key] = json.loads(codec.decode_head(store.cipher, data, run_id=run_id, key=key).model_dump_json())
+        elif parts[0] == "packs":
+            packs[key] = len(data)
+        else:
+            raise AssertionError(f"an object this test cannot open: {key}")
+    read: dict[str, list[tuple[int, int]]] = {}
+    for where, manifest in manifests.items():
+        text = store.blobs.read_all(manifest).decode("utf-8", "replace")
+        try:
+            out[f"chunks of {where}"] = json.loads(text)
+        except ValueError:
+            out[f"chunks of {where}"] = text
+        for ref in manifest.chunks:
+            assert ref.pack is not None
+            assert ref.length is not None
+            read.setdefault(pack_key(check_blob_id(ref.pack)), []).append((ref.offset, ref.offset + ref.length))
+    for key, size in packs.items():
+        end = 0
+        for start, stop in sorted(read.get(key, [])):
+            assert start <= end, f"{key}: bytes {end}..{start} are in no chunk a record references"
+            end = max(end, stop)
+        assert end == size, f"{key}: bytes {end}..{size} are in no chunk a record references"
+    return out
+
+
+def store_leaks(root: Path, store: s3ckpt.Store, secrets: Iterable[str], numbers: Iterable[int | float] = ()) -> list[str]:
+    """Every place, in every decrypted object and object key of a local store, where one of these
+    secrets or numbers is found (as a value, a key or part of one, or in the raw JSON text)."""
+    secrets, numbers = list(secrets), list(numbers)
+    found: list[str] = []
+    for key, content in decrypted_objects(root, store).items():
+        found += [f"{key}: {place}" for place in leaks(content, secrets, numbers)]
+        raw = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
+        found += [f"{key}: {LABELS.get(s, 'secret')} (raw)" for s in secrets if s in raw or json.dumps(s)[1:-1] in raw]
+    for path in root.rglob("*"):  # object keys are stored in clear
+        found += [f"object key {path.name}: {LABELS.get(s, 'secret')}" for s in secrets if s in str(path)]
+    return sorted(set(found))
+
+
 class LocalStore:
     """A store in a fresh directory, and every object in it decrypted."""
 
@@ -348,69 +412,14 @@ class LocalStore:
         self._dir.cleanup()
 
     def objects(self) -> dict[str, Any]:
-        """Every object as what it holds: records and HEADs opened with the store's cipher, each
-        chunk a record references read through the blob store (JSON parsed where it is JSON),
-        config and key files as stored. Fails on an object it cannot account for, and on bytes of
-        a pack that no record references (they could not be checked)."""
-        store = self.store
-        out: dict[str, Any] = {}
-        packs: dict[str, int] = {}
-        manifests: dict[str, Manifest] = {}
-        for path in sorted(p for p in self.root.rglob("*") if p.is_file()):
-            key = path.relative_to(self.root).as_posix()
-            data = path.read_bytes()
-            parts = key.split("/")
-            if key == "config" or parts[0] == "keys" or parts[-1].startswith(".lock-"):
-                out[key] = data.decode("utf-8", "replace")
-            elif parts[0] == "runs" and len(parts) == 4 and parts[2] == "log":
-                run_id = decode_run_id(parts[1])
-                assert run_id is not None
-                record = codec.decode_record(store.cipher, data, run_id=run_id, seq=int(parts[3]), key=key)
-                out[key] = json.loads(record.model_dump_json())
-                found = {"state": record.state_manifest, "ledger": record.ledger_manifest, **record.artifacts}
-                manifests.update({f"{key} {name}": m for name, m in found.items() if m is not None})
-            elif parts[0] == "runs" and len(parts) == 3 and parts[2] == "HEAD":
-                run_id = decode_run_id(parts[1])
-                assert run_id is not None
-                out[key] = json.loads(codec.decode_head(store.cipher, data, run_id=run_id, key=key).model_dump_json())
-            elif parts[0] == "packs":
-                packs[key] = len(data)
-            else:
-                raise AssertionError(f"an object this test cannot open: {key}")
-        read: dict[str, list[tuple[int, int]]] = {}
-        for where, manifest in manifests.items():
-            text = store.blobs.read_all(manifest).decode("utf-8", "replace")
-            try:
-                out[f"chunks of {where}"] = json.loads(text)
-            except ValueError:
-                out[f"chunks of {where}"] = text
-            for ref in manifest.chunks:
-                assert ref.pack is not None
-                assert ref.length is not None
-                read.setdefault(pack_key(check_blob_id(ref.pack)), []).append((ref.offset, ref.offset + ref.length))
-        for key, size in packs.items():
-            end = 0
-            for start, stop in sorted(read.get(key, [])):
-                assert start <= end, f"{key}: bytes {end}..{start} are in no chunk a record references"
-                end = max(end, stop)
-            assert end == size, f"{key}: bytes {end}..{size} are in no chunk a record references"
-        return out
+        return decrypted_objects(self.root, self.store)
 
     def leaks(self, planted: Iterable[Planted]) -> list[str]:
         """Every place of every object where a planted secret is found."""
-        secrets: set[str] = set()
-        numbers: set[int | float] = set()
-        for p in planted:
-            secrets |= p.secrets
-            numbers |= p.numbers
-        found: list[str] = []
-        for key, content in self.objects().items():
-            found += [f"{key}: {place}" for place in leaks(content, secrets, numbers)]
-            raw = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
-            found += [f"{key}: {LABELS.get(s, 'secret')} (raw)" for s in secrets if s in raw or json.dumps(s)[1:-1] in raw]
-        for path in self.root.rglob("*"):  # object keys are stored in clear
-            found += [f"object key {path.name}: {LABELS.get(s, 'secret')}" for s in secrets if s in str(path)]
-        return sorted(set(found))
+        planted = list(planted)
+        secrets = set().union(*(p.secrets for p in planted))
+        numbers = set().union(*(p.numbers for p in planted))
+        return store_leaks(self.root, self.store, secrets, numbers)
 
 
 def _plain(value: Any) -> Any:

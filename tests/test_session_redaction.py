@@ -1,6 +1,7 @@
 """Redaction on write, end to end: secrets reach a record through every path a session offers
-(step results, state, effect targets and references, errors, meta, provenance), and none of them
-is in the decrypted records; the look-alikes are kept byte for byte."""
+(step results, state, effect targets and references, errors, meta, provenance, budget units), and
+none of them is in any decrypted object of the store; the look-alikes are kept byte for byte.
+tests/test_redaction_property.py generates the positions and covers names, kinds and keys."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 
 import s3ckpt
 from tests.test_redaction import LOOKALIKES, SECRETS
+from tests.test_redaction_property import store_leaks
 
 
 def _every_record(store: s3ckpt.Store, run_id: str) -> str:
@@ -25,6 +27,7 @@ def _every_record(store: s3ckpt.Store, run_id: str) -> str:
 def _drive(store: s3ckpt.Store, values: list[str]) -> None:
     """Put each value through every path into a record."""
     with store.resume("r", workflow="w", workflow_version="1", provenance={"note": values[0]}) as session:
+        session.step("spend", lambda: session.spend(**{f"{v} {i}": 1 for i, v in enumerate(values)}))
         for i, value in enumerate(values):
             session.step(f"result-{i}", lambda v=value: {"text": v, "nested": [v, {"deep": v}]})
             session.state[f"s{i}"] = value
@@ -53,6 +56,7 @@ def test_no_secret_reaches_a_record_by_any_path(tmp_path: Path, inline_limit: in
     leaked = [case.name for case in SECRETS if case.secret in stored or json.dumps(case.secret)[1:-1] in stored]
     assert leaked == []
     assert "[REDACTED:" in stored
+    assert store_leaks(tmp_path / "s", store, [case.secret for case in SECRETS]) == []  # every object, opened
     if inline_limit == 512:
         latest = store.run("r").latest()
         assert latest is not None
