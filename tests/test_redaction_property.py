@@ -572,6 +572,26 @@ def test_two_idempotency_keys_that_redact_alike_stay_two_effects() -> None:
         assert local.leaks([Planted(None, frozenset(keys))]) == []
 
 
+def test_two_step_names_that_redact_alike_stay_two_steps() -> None:
+    # "fetch [REDACTED:aws-access-key-id]" twice: recorded alike, replayed in another order, each
+    # step must still get its own result, as two plain names would.
+    names = ["fetch AKIA" + "IOSFODNN7EXAMPLE", "fetch AKIA" + "ABCDEFGHIJKLMNOP"]
+    runs: Counter[str] = Counter()
+
+    def body(name: str) -> str:
+        runs[name] += 1
+        return f"result {len(runs)}"
+
+    with LocalStore() as local:
+        with local.open().resume("r", workflow="w", workflow_version="1") as session:
+            first = {name: session.step(name, body, name) for name in names}
+        with local.open().resume("r", workflow="w", workflow_version="1") as session:
+            replayed = {name: session.step(name, body, name) for name in reversed(names)}
+        assert replayed == first
+        assert runs == dict.fromkeys(names, 1)
+        assert local.leaks([Planted(None, frozenset(n.removeprefix("fetch ") for n in names))]) == []
+
+
 @store_settings
 @given(
     errors=st.lists(SECRET_TEXT, min_size=1, max_size=3), kind=st.sampled_from([RuntimeError, ValueError, KeyError, OSError])
