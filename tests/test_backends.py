@@ -5,43 +5,80 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import boto3
+import botocore.config
 import pytest
 from moto import mock_aws
 
 from s3ckpt.backends import Backend, FsspecBackend, LocalBackend, MemoryBackend, S3Backend
 from s3ckpt.errors import UnsupportedBackendError
-from s3ckpt.testing.backend_conformance import BackendConformance
+from s3ckpt.testing.backend_conformance import BackendConformance, ServerFaults, StorageFaults
 from s3ckpt.testing.plugin import S3Bucket
 
 
 class TestMemory(BackendConformance):
+    model_examples = 80
+
     @pytest.fixture
     def backend(self) -> Iterator[Backend]:
         name = uuid.uuid4().hex
         yield MemoryBackend(name)
         MemoryBackend.wipe(name)
 
+    @pytest.fixture
+    def peer(self, backend: MemoryBackend) -> Backend:
+        return MemoryBackend(backend.url.removeprefix("memory://"))
+
 
 class TestLocal(BackendConformance):
+    model_examples = 60
+
     @pytest.fixture
     def backend(self, tmp_path: Path) -> Backend:
         return LocalBackend(tmp_path / "store")
 
+    @pytest.fixture
+    def peer(self, tmp_path: Path) -> Backend:
+        return LocalBackend(tmp_path / "store")
+
 
 class TestMotoInProcess(BackendConformance):
+    model_examples = 15
+
     @pytest.fixture
     def backend(self) -> Iterator[Backend]:
         with mock_aws():
             boto3.client("s3", region_name="us-east-1").create_bucket(Bucket="conformance")
             yield S3Backend("conformance", "pre/fix", region="us-east-1")
 
+    @pytest.fixture
+    def peer(self, backend: Backend) -> Backend:
+        return S3Backend("conformance", "pre/fix", region="us-east-1")
+
+
+def _s3_on(bucket: S3Bucket, **options: Any) -> S3Backend:
+    return S3Backend(bucket.bucket, "pre", endpoint_url=bucket.endpoint_url, region="us-east-1", **options)
+
 
 class TestMotoServer(BackendConformance):
+    model_examples = 12
+
     @pytest.fixture
     def backend(self, moto_s3: S3Bucket) -> Backend:
-        return S3Backend(moto_s3.bucket, "pre", endpoint_url=moto_s3.endpoint_url, region="us-east-1")
+        return _s3_on(moto_s3)
+
+    @pytest.fixture
+    def peer(self, moto_s3: S3Bucket) -> Backend:
+        return _s3_on(moto_s3)
+
+    @pytest.fixture
+    def faults(self, moto_s3: S3Bucket) -> StorageFaults:
+        # botocore's own retries off: each injected fault reaches the backend's error mapping.
+        config = botocore.config.Config(retries={"total_max_attempts": 1})
+        client = boto3.client("s3", endpoint_url=moto_s3.endpoint_url, region_name="us-east-1", config=config)
+        return ServerFaults(moto_s3.server, moto_s3.bucket, _s3_on(moto_s3, client=client))
 
 
 def test_fsspec_memory_declares_no_atomic_create_and_refuses_create() -> None:
@@ -81,13 +118,39 @@ def _create_many(root: str, worker: int) -> list[int]:
     return won
 
 
+def _fsspec_on(bucket: S3Bucket, *, retries: bool = True) -> FsspecBackend:
+    """s3fs on the moto server. Each one has its own filesystem object (no instance cache), as
+    another process would; ``retries=False`` turns off botocore's and s3fs's own retries."""
+    options: dict[str, Any] = {
+        "endpoint_url": bucket.endpoint_url,
+        "key": "testing",
+        "secret": "testing",
+        "skip_instance_cache": True,
+    }
+    if not retries:
+        options["config_kwargs"] = {"retries": {"total_max_attempts": 1}}
+    backend = FsspecBackend(f"s3://{bucket.bucket}/fs", storage_options=options)
+    if not retries:
+        backend.fs.retries = 1  # s3fs's loop around botocore's: a class attribute, not an option
+    return backend
+
+
 class TestFsspecS3(BackendConformance):
     """fsspec's s3fs against moto's server: the generic fsspec path with a real atomic create."""
 
+    model_examples = 12
+
     @pytest.fixture
     def backend(self, moto_s3: S3Bucket) -> Backend:
-        options = {"endpoint_url": moto_s3.endpoint_url, "key": "testing", "secret": "testing", "skip_instance_cache": True}
-        return FsspecBackend(f"s3://{moto_s3.bucket}/fs", storage_options=options)
+        return _fsspec_on(moto_s3)
+
+    @pytest.fixture
+    def peer(self, moto_s3: S3Bucket) -> Backend:
+        return _fsspec_on(moto_s3)
+
+    @pytest.fixture
+    def faults(self, moto_s3: S3Bucket) -> StorageFaults:
+        return ServerFaults(moto_s3.server, moto_s3.bucket, _fsspec_on(moto_s3, retries=False))
 
 
 def test_store_commits_through_fsspec_s3(moto_s3: S3Bucket) -> None:

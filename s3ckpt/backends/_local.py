@@ -75,6 +75,12 @@ def _typed(exc: OSError | ValueError, where: str) -> BackendError:
     return BackendError(f"{where} failed: {exc}")
 
 
+def _raise(exc: OSError) -> None:
+    """os.walk's onerror: a directory it cannot read is an error, not an empty directory."""
+    if not isinstance(exc, FileNotFoundError | NotADirectoryError):  # removed while we walked
+        raise exc
+
+
 def _holds_object(directory: Path) -> bool:
     """True when an object lies somewhere below ``directory``: an object store knows a "directory"
     only while it holds objects, so a directory emptied by deletes is not one. Stops at the first."""
@@ -105,8 +111,9 @@ class LocalBackend(Backend):
         #: Directories this object created or synced (with every level up to the root): writes
         #: into them need no mkdir and no directory fsync beyond the file's own directory.
         self._durable: set[Path] = set()
-        if self.root.exists() and not self.root.is_dir():
-            raise ConfigurationError(f"{self.root} exists and is not a directory; choose another path")
+        with self._errors("", "open"):
+            if self.root.exists() and not self.root.is_dir():
+                raise ConfigurationError(f"{self.root} exists and is not a directory; choose another path")
 
     def _path(self, key: str) -> Path:
         return self.root.joinpath(*check_key(key).split("/"))
@@ -278,7 +285,7 @@ class LocalBackend(Backend):
         with self._errors(prefix, "list"):
             if not start.is_dir():
                 return
-            for dirpath, dirnames, filenames in os.walk(start):
+            for dirpath, dirnames, filenames in os.walk(start, onerror=_raise):
                 dirnames[:] = [d for d in dirnames if not d.startswith(".")]
                 rel_dir = Path(dirpath).relative_to(self.root).as_posix()
                 for name in filenames:
@@ -303,7 +310,9 @@ class LocalBackend(Backend):
             return
         # Deleting a run's objects leaves its directories behind; S3 forgets a prefix with its last
         # object, and so does this listing.
-        yield from sorted(d.name for d in subdirs if _holds_object(d))
+        with self._errors(prefix, "list"):
+            names = sorted(d.name for d in subdirs if _holds_object(d))
+        yield from names
 
     def delete(self, key: str) -> None:
         path = self._path(key)
