@@ -271,11 +271,10 @@ class BlobStore:
     def put_pack(self, key: str, buffer: bytearray, size: int) -> None:
         data = memoryview(buffer)[:size]
         try:
-            self.backend.put(key, data, mode="create")
+            self.backend.put(key, data, mode="create")  # a landed retry of ours is success (backends/_retry.py)
         except PreconditionFailedError:
-            # Pack ids are random, so an existing pack is our own PUT that landed and was retried.
-            if self.backend.get(key).data != data:
-                raise IntegrityError(f"pack id collision at {key}", key=key) from None
+            # Pack ids are 256 random bits: another pack at this key is not a race, it is damage.
+            raise IntegrityError(f"{key} already holds another pack (a pack id collision)", key=key) from None
         finally:
             data.release()
         self.give_buffer(buffer)

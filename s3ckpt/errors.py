@@ -98,11 +98,13 @@ class ObjectNotFoundError(BackendError, FileNotFoundError):
 
 
 class PreconditionFailedError(BackendError):
-    """A conditional write lost: the object exists (create) or changed (compare-and-swap)."""
+    """A conditional write lost: the object exists (create) or changed (compare-and-swap).
+    ``existing`` is the object that won a create, when the retry layer has already read it."""
 
-    def __init__(self, key: str) -> None:
+    def __init__(self, key: str, *, existing: Any = None) -> None:
         super().__init__(f"precondition failed for {key}")
         self.key = key
+        self.existing = existing
 
 
 class TransientBackendError(BackendError):

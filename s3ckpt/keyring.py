@@ -25,7 +25,12 @@ from .crypto import MASTER_KEY_SIZE, decode_raw_key, hkdf
 from .errors import ConfigurationError, DecryptionError, MissingKeyError, S3ckptError
 from .records import KeyFile, ScryptParams
 
-DEFAULT_SCRYPT = ScryptParams(n=1 << 15, r=8, p=1)
+#: scrypt for new passphrase keys: N=2^17, r=8, p=1 (128 MiB, OWASP's guidance for scrypt).
+DEFAULT_SCRYPT = ScryptParams(n=1 << 17, r=8, p=1)
+#: What a key file may ask of the machine that opens it: a planted key file must not make every
+#: open take minutes or gigabytes. Memory is 128 * n * r bytes, work about n * r * p.
+MAX_SCRYPT_MEMORY = 256 << 20
+MAX_SCRYPT_WORK = 4 * (1 << 17) * 8
 
 
 @dataclass(frozen=True)
@@ -128,6 +133,13 @@ def _b64(data: bytes) -> str:
 
 
 def _scrypt(passphrase: str, salt: bytes, params: ScryptParams) -> bytes:
+    memory, work = 128 * params.n * params.r, params.n * params.r * params.p
+    if memory > MAX_SCRYPT_MEMORY or work > MAX_SCRYPT_WORK or params.n & (params.n - 1):
+        raise DecryptionError(
+            f"a passphrase key file asks for scrypt n={params.n}, r={params.r}, p={params.p} ({memory >> 20} MiB), over "
+            f"the bound s3ckpt accepts ({MAX_SCRYPT_MEMORY >> 20} MiB, n*r*p <= {MAX_SCRYPT_WORK}); it was not written "
+            "by s3ckpt. Remove it (`s3ckpt key remove ID`, with another key)."
+        )
     return Scrypt(salt=salt, length=32, n=params.n, r=params.r, p=params.p).derive(passphrase.encode("utf-8"))
 
 

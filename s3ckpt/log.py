@@ -417,8 +417,8 @@ class Run:
         """Create ``log/<seq>``. Returns the entry now at that seq and whether it is ours.
 
         Transient failures (409, 5xx, a lost connection) are retried by the store's retry layer
-        (backends/_retry.py), which also recognises its own landed retry. A 412 that reaches here
-        may still be ours (botocore retried a PUT that had landed), so the write id decides."""
+        (backends/_retry.py), which also recognises a create of ours that landed with its answer
+        lost: a 412 that reaches here is another writer's record, attached to the error."""
         data = codec.encode_record(self.store.cipher, record)
         key = log_key(self.run_id, record.seq)
         attempts = self.store.options.commit_attempts
@@ -426,8 +426,13 @@ class Run:
             try:
                 self.store.backend.put(key, data, mode="create", metadata={"s3ckpt-write-id": record.write_id})
                 return Entry(record, _digest(data)), True
-            except PreconditionFailedError:
-                existing = self._load(record.seq)
+            except PreconditionFailedError as lost:
+                stored = lost.existing.data if lost.existing is not None else None
+                if stored is None:
+                    existing = self._load(record.seq)
+                else:
+                    decoded = codec.decode_record(self.store.cipher, stored, run_id=self.run_id, seq=record.seq, key=key)
+                    existing = Entry(decoded, _digest(stored))
                 if existing is None:  # vanished between the 412 and the read: try the create again
                     continue
                 return existing, existing.record.write_id == record.write_id

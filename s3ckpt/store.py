@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import secrets
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -40,6 +41,9 @@ if TYPE_CHECKING:
     from .session import Reconciler, Session
 
 log = logging.getLogger("s3ckpt")
+
+#: Where a key removal marks the key it removes while it checks that others remain.
+KEY_REMOVALS = "key-removals/"
 
 
 @dataclass(frozen=True)
@@ -202,13 +206,33 @@ class Store:
         return _load_keyfiles(self.backend, self.config.store_id)
 
     def remove_key(self, key_id: str) -> None:
-        files = self.key_files()
-        remaining = [k for k in files if k.key_id != key_id]
-        if len(remaining) == len(files):
+        """Remove a key file; never the last one, however many removals run at once.
+
+        A removal marks its key (``key-removals/<id>``) before it looks at the others, and counts only
+        key files that no removal has marked. Of two removals racing for the last two keys, the one
+        that looks second sees the other's mark (or its key file already gone) and refuses; storage
+        that is read-after-write consistent (S3, a local directory) is all this needs. An interrupted
+        removal leaves its mark: that key still opens the store, but no longer counts for other
+        removals until `s3ckpt key remove <id>` is run again to finish it."""
+        if not isinstance(key_id, str) or not re.fullmatch(r"[0-9a-f]{16}", key_id):
+            raise ConfigurationError(f"a key id is 16 hex digits (`s3ckpt key list` shows them), not {key_id!r:.40}")
+        if key_id not in {k.key_id for k in self.key_files()}:
             raise ConfigurationError(f"no key file {key_id!r} in this store; `s3ckpt key list` shows them")
-        if not remaining:
-            raise ConfigurationError("refusing to remove the last key: the store could never be opened again")
-        self.backend.delete(f"keys/{key_id}")
+        mark = f"{KEY_REMOVALS}{key_id}"
+        self.backend.put(mark, b"{}")
+        try:
+            being_removed = {info.key[len(KEY_REMOVALS) :] for info in self.backend.list(KEY_REMOVALS)}
+            others = [k.key_id for k in self.key_files() if k.key_id != key_id and k.key_id not in being_removed]
+            if not others:
+                busy = sorted(being_removed - {key_id})
+                raise ConfigurationError(
+                    "refusing to remove the last key: the store could never be opened again. Add another key first "
+                    "(`s3ckpt key add`)"
+                    + (f"; keys {', '.join(busy)} are being removed (or a removal of them was interrupted)" if busy else "")
+                )
+            self.backend.delete(f"keys/{key_id}")
+        finally:
+            self.backend.delete(mark)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -328,7 +352,8 @@ def _unwrap(backend: Backend, config: StoreConfig, user_key: UserKey, kms: Calla
     raise DecryptionError(
         f"the given {kind} key does not open the store at {backend.url} (tried {len(candidates)} matching key "
         "file(s)). Use a key that was added to this store; `s3ckpt key list` shows which kinds exist, and "
-        "`s3ckpt key add` (run with a working key) adds another." + "".join(f" {r}." for r in refusals if r.startswith("KMS"))
+        "`s3ckpt key add` (run with a working key) adds another."
+        + "".join(f" {r.rstrip('.')}." for r in refusals if not r.startswith("the key does not open key file"))
     )
 
 
@@ -413,16 +438,21 @@ def _create(
     draft = StoreConfig(version=FORMAT_VERSION, store_id=store_id, created_at=datetime.now(UTC), chunker=chunker)
     config = draft.model_copy(update={"key_check": Cipher(master, store_id).key_check(_config_check_message(draft))})
     try:
+        # A config of ours that landed with its answer lost is success (backends/_retry.py); only a
+        # config with another store id is another process's.
         backend.put("config", config.model_dump_json().encode(), mode="create")
     except PreconditionFailedError:
-        # Another process created the store first: ours is an orphan key file for no store. It is
-        # harmless (opening filters key files by store id), so a worker that may not delete keeps it.
+        winner = _load_config(backend)
+        if winner is None:
+            raise IntegrityError("config vanished while creating the store", key="config") from None
+        if winner.store_id == store_id:  # ours after all (a backend without the retry layer)
+            return config, master
+        # Another process created the store first: ours is an orphan key file that no config names.
+        # It is harmless (opening filters key files by store id), so a worker that may not delete
+        # keeps it.
         try:
             backend.delete(f"keys/{keyfile.key_id}")
         except BackendError as exc:
             log.info("left orphan key file keys/%s of a lost store-creation race: %s", keyfile.key_id, exc)
-        winner = _load_config(backend)
-        if winner is None:
-            raise IntegrityError("config vanished while creating the store", key="config") from None
         return winner, None
     return config, master

@@ -2,14 +2,19 @@
 
 A backend raises TransientBackendError when an operation failed in a way that is safe to retry
 (a 5xx or 409, a reset connection, a timeout). For a read, retrying is all there is to it. For a
-write the failure is ambiguous: the bytes may have landed before the connection broke. So a
-conditional write retried after an ambiguous failure that then meets "precondition failed" reads
-the object back: if it holds exactly our bytes, the earlier attempt landed and the write
-succeeded. s3ckpt's objects make that test sound: commit records carry a unique write id, packs
-have random names, and everything else is content that anybody would write identically.
+write the failure is ambiguous: the bytes may have landed before the answer was lost, and botocore
+retries S3 requests itself, so a PUT that landed can come back as 412 with nothing on this side to
+say a retry happened. So every create-if-absent that meets "precondition failed" reads the object
+back, and if it holds exactly our bytes, our write landed and the create succeeded. That is one
+rule for every create s3ckpt makes (config, key files, packs, records, key-removal markers,
+integration objects), and it is sound because every object s3ckpt creates is unique: each sealed
+object has a random seed, records carry a random write id, packs and key files random ids, and the
+config a random store id. Only a create that another writer won is reported as
+PreconditionFailedError, with that writer's object attached (``existing``), so the caller does not
+read it again.
 
-botocore retries S3 requests itself; this layer covers what is left after that, and every other
-backend, so the store above sees a failure only when retrying stopped helping.
+This layer sits under every store; what reaches the store above is a failure that retrying did not
+fix.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import TypeVar
 
-from ..errors import PreconditionFailedError, TransientBackendError
+from ..errors import ObjectNotFoundError, PreconditionFailedError, TransientBackendError
 from ._base import Backend, GetResult, ObjectInfo, PutMode, PutResult
 
 log = logging.getLogger("s3ckpt")
@@ -70,32 +75,30 @@ class RetryingBackend(Backend):
         mode: PutMode = "overwrite",
         metadata: Mapping[str, str] | None = None,
     ) -> PutResult:
-        ambiguous = False  # an earlier attempt failed in a way that may have written the bytes
         for attempt in range(self.attempts):
             try:
                 return self.inner.put(key, data, mode=mode, metadata=metadata)
             except TransientBackendError as exc:
                 if attempt == self.attempts - 1:
                     raise
-                ambiguous = True
                 log.info("retrying put %s after %s", key, exc)
                 self._sleep(attempt)
-            except PreconditionFailedError:
-                if not ambiguous:
+            except PreconditionFailedError as lost:
+                if mode != "create":
                     raise
-                landed = self._ours(key, data)
-                if landed is None:
-                    raise
-                return landed
+                return self._landed(key, data, lost)
         raise AssertionError("unreachable")
 
-    def _ours(self, key: str, data: bytes | bytearray | memoryview) -> PutResult | None:
-        """After an ambiguous failure and then a 412: the stored object, if it is our bytes."""
+    def _landed(self, key: str, data: bytes | bytearray | memoryview, lost: PreconditionFailedError) -> PutResult:
+        """A create met an existing object: ours, if it holds our bytes (our write landed and its
+        answer was lost); else the winner's, attached to the error."""
         try:
             stored = self.get(key)
-        except TransientBackendError:
-            return None
-        return PutResult(etag=stored.etag) if stored.data == bytes(data) else None
+        except ObjectNotFoundError:
+            raise lost from None  # removed since: the caller decides whether to create again
+        if stored.data == bytes(data):
+            return PutResult(etag=stored.etag)
+        raise PreconditionFailedError(key, existing=stored) from None
 
     def head(self, key: str) -> ObjectInfo | None:
         return self._call(f"head {key}", lambda: self.inner.head(key))
