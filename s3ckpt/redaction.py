@@ -9,6 +9,7 @@ knows what was there. A string can hide a secret in any of these places, and eac
 - inside text: known token shapes (cloud keys, JWTs, PEM keys, ...) are found by precise regexes,
   ``name=value`` / ``"name": "value"`` assignments by the generic one, and a header line
   (``X-Api-Key: value``, ``Cookie: a=1; b=2``) loses its whole value up to the end of the line;
+  text shown escaped, in a repr or a JSON string (``\\n``, ``\\"``), is read the same way;
 - as a dict key: keys are redacted like any text (two keys that become equal stay apart: the later
   one's last marker is numbered, ``[REDACTED:jwt#2]``, ``#3``, ... in the dict's order);
 - under a secret-named key (``password``, ``X-Api-Key``, ``stripeApiKey``): every scalar of the
