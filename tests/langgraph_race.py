@@ -17,7 +17,7 @@ stdout:
 Graphs: ``interview``, START -> [ask, side] -> record: ``ask`` interrupts and stores the answer,
 ``side`` finishes in the first super-step. ``fan``, START -> [t1, t2] -> join, compiled with an
 interrupt before t1 and t2; t1 appends its process id to SIDE_EFFECTS_FILE (an effect that must
-happen once), t2 takes a moment and may fail.
+happen once), t2 waits until t1 has run (on any host) and may fail.
 """
 
 from __future__ import annotations
@@ -81,7 +81,13 @@ def fan(saver: Any, effects: Path, fail: frozenset[str] = frozenset()) -> Compil
         return {"log": ["t1"]}
 
     def t2(state: Fan) -> dict[str, Any]:
-        time.sleep(0.3)  # t1 finishes first
+        # t1 finishes first (here, or on the host that ran it before)
+        deadline = time.monotonic() + 60
+        while "t1 " not in effects.read_text():
+            if time.monotonic() > deadline:
+                raise TimeoutError("t1 never ran")
+            time.sleep(0.01)
+        time.sleep(0.2)  # and LangGraph has its writes
         if "t2" in fail:
             raise RuntimeError("t2 failed on purpose")
         return {"log": ["t2"]}
