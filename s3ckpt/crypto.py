@@ -94,6 +94,7 @@ class Cipher:
         self._object_key = hkdf(master_key, b"s3ckpt/v1 object encryption")
         self._id_key = hkdf(master_key, b"s3ckpt/v1 content id")
         self._check_key = hkdf(master_key, b"s3ckpt/v1 config check")
+        self._name_key = hkdf(master_key, b"s3ckpt/v1 name digest")
         seed_bytes = hkdf(master_key, b"s3ckpt/v1 chunker seed", length=8)
         # pyfastcdc takes a seed that fits a signed 64-bit integer.
         self.chunker_seed: int = struct.unpack(">Q", seed_bytes)[0] >> 2
@@ -181,6 +182,11 @@ class Cipher:
 
     def content_id(self, data: bytes | memoryview) -> BlobId:
         return BlobId(blake3.blake3(data, key=self._id_key).hexdigest())
+
+    def name_digest(self, name: str) -> str:
+        """A short keyed digest of a name that redaction changed: two secrets that redact alike
+        stay apart, and nobody without the key can test a guess against it."""
+        return hmac.new(self._name_key, name.encode("utf-8"), hashlib.sha256).hexdigest()[:12]
 
     def key_check(self, message: bytes) -> str:
         return hmac.new(self._check_key, message, hashlib.sha256).hexdigest()

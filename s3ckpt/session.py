@@ -255,7 +255,7 @@ class Session:
             raise InvalidArtifactError(f"effect {kind!r}: send must be a callable send(idempotency_key)")
         failed_types = _exception_types(failed_on, kind)
         raw_key = None if idempotency_key is None else values.name(idempotency_key, "an idempotency_key")
-        caller_key = None if raw_key is None else self._redactor.redact_text(raw_key)
+        caller_key = None if raw_key is None else self._name(raw_key, "an idempotency_key")
         scope = self._scopes[-1]
         counters = self._counters[scope]
         digest = payload_hash(payload)
@@ -312,7 +312,8 @@ class Session:
                 self._effects
             ):
                 index += 1
-        recorded_key = self._redactor.redact_text(key)
+        recorded_key = key if raw_key is None or key != raw_key else caller_key
+        assert recorded_key is not None
         _boundaries.reached("before-intent", recorded_key)
         previous = self._effects.get(recorded_key)
         intent = EffectRecord(
@@ -392,8 +393,12 @@ class Session:
     # -- internals -----------------------------------------------------------------------
 
     def _name(self, value: Any, what: str) -> str:
-        """A name as it is recorded (and so as positions are built): checked, then redacted."""
-        return self._redactor.redact_text(values.name(value, what))
+        """A name as it is recorded (and so as positions are built): checked, then redacted. A name
+        that redaction changed carries a keyed digest of itself, so two names that differ only in a
+        secret stay two names (two steps, two effect kinds, two budget units)."""
+        raw = values.name(value, what)
+        recorded = self._redactor.redact_text(raw)
+        return recorded if recorded == raw else f"{recorded}~{self.run.store.cipher.name_digest(raw)}"
 
     def _check_running(self) -> None:
         if self._stopped is not None:
@@ -421,7 +426,7 @@ class Session:
         """The effect that decides what an emit at ``position`` does: the one recorded under the
         caller's key if there is one, else the newest at the position."""
         if caller_key is not None:
-            found = self._effects.get(self._redactor.redact_text(caller_key))
+            found = self._effects.get(caller_key)
             if found is not None:
                 return found
         here = [self._effects[key] for key in self._keys_at.get(position, ())]
