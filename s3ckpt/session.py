@@ -353,7 +353,14 @@ class Session:
             self._ended[scope].add(recorded_key)
             self._settle(recorded_key, status, error=error, by="send")
             raise
-        reference = self._redactor.redact(values.json_value(reference, "the reference send returned"))
+        try:
+            reference = self._redactor.redact(values.json_value(reference, "the reference send returned"))
+        except InvalidArtifactError as exc:
+            # The provider acted, but what it returned cannot be recorded: the outcome stays visibly
+            # unknown (a reconciler decides it), never confirmed with a reference that is not the real one.
+            self._ended[scope].add(recorded_key)
+            self._settle(recorded_key, "unknown", error=f"send returned a reference that cannot be stored: {exc}", by="send")
+            raise
         self._settle(recorded_key, "confirmed", reference=reference, by="send")
         counters["effect " + kind] += 1
         _boundaries.reached("after-confirm", recorded_key)
