@@ -1,5 +1,11 @@
 """Object names: run ids and blob ids become keys that can never escape the store's prefix.
 
+A store names run directories one of two ways (its config's ``run_names``), both injective:
+escaped (below), which keeps run ids readable in object keys, or keyed: ``~k`` + the first 40 hex
+digits of HMAC-SHA256(a key derived from the master key, run id), which shows nothing of the id to
+whoever lists the bucket. ``~k`` never occurs in an escaped name either. Keyed names, like hashed
+ones, are decoded by reading the run id from the run's records.
+
 Run ids are escaped into a single path segment: bytes outside ``[A-Za-z0-9_.-]`` become ``~XX``
 (upper-case hex of the UTF-8 byte) and a leading dot is always escaped, so "." and ".." cannot
 appear. The escape is injective, so every string round-trips. Names longer than the budget keep a
@@ -11,6 +17,7 @@ cannot be decoded; the run id is then read from the run's records, which carry i
 from __future__ import annotations
 
 import hashlib
+import hmac
 import re
 from typing import NewType
 
@@ -88,16 +95,55 @@ def pack_key(pack_id: BlobId) -> str:
     return f"packs/{pack_id[:2]}/{pack_id}"
 
 
+_KEYED_MARK = "~k"
+
+
+class RunNames:
+    """How one store names its runs' objects: escaped, or keyed by ``key``."""
+
+    def __init__(self, key: bytes | None = None) -> None:
+        self._key = key
+
+    @property
+    def keyed(self) -> bool:
+        return self._key is not None
+
+    def segment(self, run_id: str) -> str:
+        escaped = encode_run_id(run_id)  # validates every run id the same way
+        if self._key is None:
+            return escaped
+        return _KEYED_MARK + hmac.new(self._key, run_id.encode("utf-8"), hashlib.sha256).hexdigest()[:40]
+
+    def decode(self, segment: str) -> str | None:
+        """The run id of a directory name, or None when it must be read from the run's records."""
+        if segment.startswith(_KEYED_MARK):
+            return None
+        return decode_run_id(segment)
+
+    def prefix(self, run_id: str) -> str:
+        return f"runs/{self.segment(run_id)}/"
+
+    def log_key(self, run_id: str, seq: int) -> str:
+        return f"{self.prefix(run_id)}log/{seq:020d}"
+
+    def head_key(self, run_id: str) -> str:
+        return f"{self.prefix(run_id)}HEAD"
+
+
+#: The names of a store with readable (escaped) run names: the default.
+ESCAPED = RunNames()
+
+
 def run_prefix(run_id: str) -> str:
-    return f"runs/{encode_run_id(run_id)}/"
+    return ESCAPED.prefix(run_id)
 
 
 def log_key(run_id: str, seq: int) -> str:
-    return f"{run_prefix(run_id)}log/{seq:020d}"
+    return ESCAPED.log_key(run_id, seq)
 
 
 def head_key(run_id: str) -> str:
-    return f"{run_prefix(run_id)}HEAD"
+    return ESCAPED.head_key(run_id)
 
 
 def parse_seq(name: str) -> int | None:

@@ -15,7 +15,6 @@ import pydantic_core
 import zstandard
 
 from . import values
-from ._names import encode_run_id
 from .crypto import Cipher
 from .errors import IncompatibleSchemaError, IntegrityError, InvalidArtifactError
 from .migrations import migrate_record
@@ -87,7 +86,8 @@ def decompress(flag: int, payload: bytes | memoryview, *, limit: int, where: str
     raise IntegrityError(f"{where}: unknown encoding flag {flag}")
 
 
-def encode_record(cipher: Cipher, record: CommitRecord) -> bytes:
+def encode_record(cipher: Cipher, record: CommitRecord, *, segment: str) -> bytes:
+    """``segment``: the run's directory name (the store's RunNames), bound into the AAD."""
     document = record.model_dump_json().encode("utf-8")
     if len(document) > _MAX_RECORD:
         # Readers refuse records past this size, so the writer refuses to write one.
@@ -97,7 +97,7 @@ def encode_record(cipher: Cipher, record: CommitRecord) -> bytes:
             "Nothing was committed; split the artifacts across checkpoints or runs, and keep meta small."
         )
     flag, payload = compress(document)
-    return cipher.seal("log", f"{encode_run_id(record.run_id)}/{record.seq}", payload, flag=flag)
+    return cipher.seal("log", f"{segment}/{record.seq}", payload, flag=flag)
 
 
 def _record_plain(cipher: Cipher, sealed: bytes, *, segment: str, seq: int, key: str) -> bytes:
@@ -116,8 +116,8 @@ def record_schema_version(cipher: Cipher, sealed: bytes, *, segment: str, seq: i
     return _peek_version(_record_plain(cipher, sealed, segment=segment, seq=seq, key=key))
 
 
-def decode_record(cipher: Cipher, sealed: bytes, *, run_id: str, seq: int, key: str) -> CommitRecord:
-    record = _open_record(cipher, sealed, segment=encode_run_id(run_id), seq=seq, key=key)
+def decode_record(cipher: Cipher, sealed: bytes, *, run_id: str, seq: int, key: str, segment: str) -> CommitRecord:
+    record = _open_record(cipher, sealed, segment=segment, seq=seq, key=key)
     if record.run_id != run_id or record.seq != seq:
         raise IntegrityError(
             f"{key} holds the record of run {record.run_id!r} seq {record.seq}, not run {run_id!r} seq {seq}",
@@ -127,19 +127,20 @@ def decode_record(cipher: Cipher, sealed: bytes, *, run_id: str, seq: int, key: 
 
 
 def peek_run_id(cipher: Cipher, sealed: bytes, *, segment: str, seq: int, key: str) -> str:
-    """The run id of a record found under ``runs/<segment>/``, checked against the segment."""
+    """The run id of a record found under ``runs/<segment>/`` (the caller checks that the store
+    names that run ``segment``)."""
     record = _open_record(cipher, sealed, segment=segment, seq=seq, key=key)
-    if encode_run_id(record.run_id) != segment or record.seq != seq:
-        raise IntegrityError(f"{key} holds a record of another run", key=key)
+    if record.seq != seq:
+        raise IntegrityError(f"{key} holds a record of another seq", key=key)
     return record.run_id
 
 
-def encode_head(cipher: Cipher, run_id: str, pointer: HeadPointer) -> bytes:
-    return cipher.seal("head", encode_run_id(run_id), pointer.model_dump_json().encode("utf-8"), flag=RAW)
+def encode_head(cipher: Cipher, segment: str, pointer: HeadPointer) -> bytes:
+    return cipher.seal("head", segment, pointer.model_dump_json().encode("utf-8"), flag=RAW)
 
 
-def decode_head(cipher: Cipher, sealed: bytes, *, run_id: str, key: str) -> HeadPointer:
-    flag, payload = cipher.open("head", encode_run_id(run_id), sealed, key=key)
+def decode_head(cipher: Cipher, sealed: bytes, *, segment: str, key: str) -> HeadPointer:
+    flag, payload = cipher.open("head", segment, sealed, key=key)
     plain = decompress(flag, payload, limit=1 << 16, where=key)
     return _validate(HeadPointer, plain, key)
 

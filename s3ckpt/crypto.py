@@ -95,6 +95,8 @@ class Cipher:
         self._id_key = hkdf(master_key, b"s3ckpt/v1 content id")
         self._check_key = hkdf(master_key, b"s3ckpt/v1 config check")
         self._name_key = hkdf(master_key, b"s3ckpt/v1 name digest")
+        #: The key of keyed run names (``run_names="keyed"``).
+        self.run_name_key = hkdf(master_key, b"s3ckpt/v1 run names")
         seed_bytes = hkdf(master_key, b"s3ckpt/v1 chunker seed", length=8)
         # pyfastcdc takes a seed that fits a signed 64-bit integer.
         self.chunker_seed: int = struct.unpack(">Q", seed_bytes)[0] >> 2

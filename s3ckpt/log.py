@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from . import _boundaries, codec, values
-from ._names import encode_run_id, head_key, log_key, parse_seq, run_prefix
+from ._names import parse_seq
 from .checkpoint import Checkpoint
 from .errors import (
     BackendError,
@@ -86,11 +86,11 @@ class SeenTails:
         with self._lock:
             return self._tails.get(run_id)
 
-    def check(self, run_id: str, floor: tuple[int, str] | None, entry: Entry | None) -> None:
-        """``entry`` is the tail a read found, having started after ``floor`` was seen."""
+    def check(self, run_id: str, floor: tuple[int, str] | None, entry: Entry | None, *, key: str) -> None:
+        """``entry`` is the tail a read found, having started after ``floor`` was seen; ``key`` names
+        the log record at ``floor`` in messages."""
         if floor is not None:
             seq, digest = floor
-            key = log_key(run_id, seq)
             if entry is None or entry.record.seq < seq:
                 found = "no record" if entry is None else f"seq {entry.record.seq}"
                 raise IntegrityError(
@@ -121,34 +121,53 @@ class Run:
     """A handle on one run's log. Cheap to make; every method reads storage afresh."""
 
     def __init__(self, store: Store, run_id: str) -> None:
-        encode_run_id(run_id)  # validates
         self.store = store
         self.run_id = run_id
+        #: The run's directory name in this store (validates the run id)
+        self.segment = store.names.segment(run_id)
 
     def __repr__(self) -> str:
         return f"Run({self.run_id!r})"
 
     # -- reading -----------------------------------------------------------------------------
 
-    def _load(self, seq: int) -> Entry | None:
-        key = log_key(self.run_id, seq)
-        try:
-            data = self.store.backend.get(key).data
-        except ObjectNotFoundError:
-            return None
-        record = codec.decode_record(self.store.cipher, data, run_id=self.run_id, seq=seq, key=key)
+    @property
+    def prefix(self) -> str:
+        """Where the run's objects live: ``runs/<segment>/``."""
+        return f"runs/{self.segment}/"
+
+    def _log_key(self, seq: int) -> str:
+        return f"{self.prefix}log/{seq:020d}"
+
+    def _head_key(self) -> str:
+        return f"{self.prefix}HEAD"
+
+    def _decode(self, data: bytes, seq: int) -> Entry:
+        record = codec.decode_record(
+            self.store.cipher, data, run_id=self.run_id, seq=seq, key=self._log_key(seq), segment=self.segment
+        )
         return Entry(record, _digest(data))
 
+    def _encode(self, record: CommitRecord) -> bytes:
+        return codec.encode_record(self.store.cipher, record, segment=self.segment)
+
+    def _load(self, seq: int) -> Entry | None:
+        try:
+            data = self.store.backend.get(self._log_key(seq)).data
+        except ObjectNotFoundError:
+            return None
+        return self._decode(data, seq)
+
     def _read_head(self) -> tuple[HeadPointer | None, str | None]:
-        key = head_key(self.run_id)
+        key = self._head_key()
         try:
             got = self.store.backend.get(key)
         except ObjectNotFoundError:
             return None, None
-        return codec.decode_head(self.store.cipher, got.data, run_id=self.run_id, key=key), got.etag
+        return codec.decode_head(self.store.cipher, got.data, segment=self.segment, key=key), got.etag
 
     def _listed_seqs(self) -> list[int]:
-        prefix = run_prefix(self.run_id) + "log/"
+        prefix = f"runs/{self.segment}/log/"
         seqs = (parse_seq(info.key[len(prefix) :]) for info in self.store.backend.list(prefix))
         return sorted(s for s in seqs if s is not None)
 
@@ -157,7 +176,7 @@ class Run:
         seen = self.store.seen
         floor = seen.floor(self.run_id)
         entry, etag = self._find_tail()
-        seen.check(self.run_id, floor, entry)
+        seen.check(self.run_id, floor, entry, key=self._log_key(floor[0]) if floor else "")
         return entry, etag
 
     def _find_tail(self) -> tuple[Entry | None, str | None]:
@@ -271,7 +290,7 @@ class Run:
         floor = self.store.seen.floor(self.run_id)
         seqs = self._listed_seqs()
         if not seqs:
-            self.store.seen.check(self.run_id, floor, None)
+            self.store.seen.check(self.run_id, floor, None, key=self._log_key(floor[0]) if floor else "")
             return
         last = max(seqs[-1], floor[0] if floor is not None else 0)
         prev: str | None = None
@@ -300,12 +319,12 @@ class Run:
             raise IntegrityError(
                 f"run {self.run_id!r}: record {entry.record.seq} does not chain to the record before it "
                 "(a record was replaced, removed or replayed); run `s3ckpt verify`",
-                key=log_key(self.run_id, entry.record.seq),
+                key=self._log_key(entry.record.seq),
             )
         return entry.digest
 
     def _missing(self, seq: int, why: str) -> IntegrityError:
-        key = log_key(self.run_id, seq)
+        key = self._log_key(seq)
         return IntegrityError(
             f"run {self.run_id!r}: the record at seq {seq} ({key}): {why}. s3ckpt never deletes a record of a live run, "
             "so this is damage; run `s3ckpt verify`",
@@ -419,8 +438,8 @@ class Run:
         Transient failures (409, 5xx, a lost connection) are retried by the store's retry layer
         (backends/_retry.py), which also recognises a create of ours that landed with its answer
         lost: a 412 that reaches here is another writer's record, attached to the error."""
-        data = codec.encode_record(self.store.cipher, record)
-        key = log_key(self.run_id, record.seq)
+        data = self._encode(record)
+        key = self._log_key(record.seq)
         attempts = self.store.options.commit_attempts
         for _ in range(attempts):
             try:
@@ -428,11 +447,7 @@ class Run:
                 return Entry(record, _digest(data)), True
             except PreconditionFailedError as lost:
                 stored = lost.existing.data if lost.existing is not None else None
-                if stored is None:
-                    existing = self._load(record.seq)
-                else:
-                    decoded = codec.decode_record(self.store.cipher, stored, run_id=self.run_id, seq=record.seq, key=key)
-                    existing = Entry(decoded, _digest(stored))
+                existing = self._load(record.seq) if stored is None else self._decode(stored, record.seq)
                 if existing is None:  # vanished between the 412 and the read: try the create again
                     continue
                 return existing, existing.record.write_id == record.write_id

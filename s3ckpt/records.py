@@ -12,8 +12,13 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, m
 
 from ._names import check_blob_id
 
-#: The format version of the store layout (config, keys, blobs, runs).
+#: The format version of the store layout (config, keys, blobs, runs) that new stores get.
 FORMAT_VERSION = 2
+#: Stores whose run directories are keyed digests of the run ids (``run_names="keyed"``): an
+#: older client, which would write readable names into them, refuses them.
+KEYED_NAMES_FORMAT_VERSION = 3
+#: The newest layout this client reads and writes.
+NEWEST_FORMAT_VERSION = KEYED_NAMES_FORMAT_VERSION
 #: The schema version of commit records (migrations in ``migrations.py`` bring older ones forward).
 RECORD_SCHEMA_VERSION = 3
 #: The schema version of key files.
@@ -82,9 +87,17 @@ class StoreConfig(_Strict):
     cipher: Literal["aes-256-gcm/hmac-sha256-subkey"] = "aes-256-gcm/hmac-sha256-subkey"
     content_id: Literal["blake3-keyed"] = "blake3-keyed"
     compression: Literal["zstd"] = "zstd"
+    #: How run ids become directory names: escaped (readable), or keyed digests (private).
+    run_names: Literal["escaped", "keyed"] = "escaped"
     #: HMAC over the fields above under a key derived from the master key: proves the key
     #: matches and that nobody edited the parameters.
     key_check: str = ""
+
+    def document(self) -> bytes:
+        """The stored JSON. ``run_names`` appears only when keyed, so a store with readable names has
+        the same config (and key check) as before the field existed."""
+        exclude = {"run_names"} if self.run_names == "escaped" else None
+        return self.model_dump_json(exclude=exclude).encode()
 
 
 class ScryptParams(_Strict):

@@ -16,7 +16,7 @@ import pydantic
 import pydantic_core
 
 from . import codec
-from ._names import decode_run_id, parse_seq
+from ._names import RunNames, parse_seq
 from .backends import Backend, Match, PutMode, open_backend
 from .backends._retry import RetryingBackend
 from .blobs import DEFAULT_CHUNKER, BlobStore
@@ -33,7 +33,16 @@ from .errors import (
 )
 from .keyring import UserKey, matches, parse_key, unwrap_master_key, wrap_master_key
 from .log import Run, SeenTails
-from .records import FORMAT_VERSION, KEYFILE_VERSION, RECORD_SCHEMA_VERSION, ChunkerParams, KeyFile, StoreConfig
+from .records import (
+    FORMAT_VERSION,
+    KEYED_NAMES_FORMAT_VERSION,
+    KEYFILE_VERSION,
+    NEWEST_FORMAT_VERSION,
+    RECORD_SCHEMA_VERSION,
+    ChunkerParams,
+    KeyFile,
+    StoreConfig,
+)
 from .redaction import DEFAULT_REDACTOR, Redactor
 from .workflows import OnVersionChange, StateMigration, WorkflowMigrations
 
@@ -82,6 +91,8 @@ class Store:
         self.config = config
         self.options = options
         self.cipher = Cipher(master_key, config.store_id)
+        #: How run ids become object names: readable, or keyed digests (``private_run_ids``)
+        self.names = RunNames(self.cipher.run_name_key if config.run_names == "keyed" else None)
         self._master_key = master_key
         self._kms_client = kms_client
         self.pool = ThreadPoolExecutor(max_workers=options.concurrency, thread_name_prefix="s3ckpt")
@@ -134,21 +145,24 @@ class Store:
     def runs(self) -> Iterator[str]:
         """Every run id in the store (in the order of their encoded names)."""
         for segment in self.backend.list_dirs("runs/"):
-            run_id = decode_run_id(segment)
+            run_id = self.names.decode(segment)
             if run_id is None:
                 run_id = self._run_id_from_records(segment)
             if run_id is not None:
                 yield run_id
 
     def _run_id_from_records(self, segment: str) -> str | None:
-        # A hashed name cannot be decoded: the run id lives, authenticated, in each record.
+        # A hashed or keyed name cannot be decoded: the run id lives, authenticated, in each record.
         prefix = f"runs/{segment}/log/"
         for info in self.backend.list(prefix):
             seq = parse_seq(info.key[len(prefix) :])
             if seq is None:
                 continue
             sealed = self.backend.get(info.key).data
-            return codec.peek_run_id(self.cipher, sealed, segment=segment, seq=seq, key=info.key)
+            run_id = codec.peek_run_id(self.cipher, sealed, segment=segment, seq=seq, key=info.key)
+            if self.names.segment(run_id) != segment:
+                raise IntegrityError(f"{info.key} holds a record of another run", key=info.key)
+            return run_id
         return None
 
     # -- format ------------------------------------------------------------------------------
@@ -188,7 +202,7 @@ class Store:
                 current = self.backend.get("config")
                 cas = self.backend.capabilities.compare_and_swap and current.etag
                 mode: PutMode = Match(current.etag) if cas and current.etag else "overwrite"
-                self.backend.put("config", upgraded.model_dump_json().encode(), mode=mode)
+                self.backend.put("config", upgraded.document(), mode=mode)
                 self.config = upgraded
         return changes
 
@@ -248,7 +262,7 @@ class Store:
 
 
 def _config_check_message(config: StoreConfig) -> bytes:
-    return config.model_copy(update={"key_check": ""}).model_dump_json().encode()
+    return config.model_copy(update={"key_check": ""}).document()
 
 
 def _where(backend: Backend, key: str) -> str:
@@ -265,12 +279,12 @@ def _load_config(backend: Backend) -> StoreConfig | None:
         version = pydantic.TypeAdapter(dict[str, Any]).validate_json(raw).get("version")
     except pydantic.ValidationError:
         raise IntegrityError(f"{invalid}; restore it from a backup", key="config") from None
-    if isinstance(version, int) and version > FORMAT_VERSION:
+    if isinstance(version, int) and version > NEWEST_FORMAT_VERSION:
         raise IncompatibleSchemaError(
             f"the store at {backend.url} has format version {version}; this s3ckpt reads up to "
-            f"{FORMAT_VERSION}. Upgrade s3ckpt to open it.",
+            f"{NEWEST_FORMAT_VERSION}. Upgrade s3ckpt to open it.",
             found=version,
-            supported=FORMAT_VERSION,
+            supported=NEWEST_FORMAT_VERSION,
         )
     try:
         return StoreConfig.model_validate_json(raw)
@@ -368,6 +382,7 @@ def open_store(
     inline_limit: int | None = None,
     commit_attempts: int | None = None,
     redactor: Redactor | None = None,
+    private_run_ids: bool | None = None,
     backend: Backend | None = None,
     **backend_options: Any,
 ) -> Store:
@@ -378,7 +393,11 @@ def open_store(
     endpoint_url, region, credentials, retry_mode, max_attempts, max_pool_connections (S3),
     storage_options (fsspec), fsync (local directory). ``redactor`` replaces the default secret
     redaction (``s3ckpt.Redactor(extra_patterns=..., allow=...)``; ``s3ckpt.NO_REDACTION`` turns it off).
+    ``private_run_ids=True`` creates a store whose run directories are keyed digests of the run ids
+    instead of the readable ids (chosen once, when the store is created; see docs/sessions.md).
     """
+    if private_run_ids is not None and not isinstance(private_run_ids, bool):
+        raise ConfigurationError(f"private_run_ids is True or False, not {private_run_ids!r:.40}")
     user_key = parse_key(key)
     if backend is None:
         backend = open_backend(url, **backend_options)
@@ -409,9 +428,14 @@ def open_store(
                 "store over them. Restore the config from a backup.",
                 key="config",
             )
-        config, master = _create(backend, user_key, chunker or DEFAULT_CHUNKER, kms)
+        config, master = _create(backend, user_key, chunker or DEFAULT_CHUNKER, kms, private_run_ids=bool(private_run_ids))
         if master is not None:
             return Store(backend, config, master, options=options, kms_client=kms)
+    if private_run_ids is not None and private_run_ids != (config.run_names == "keyed"):
+        raise ConfigurationError(
+            f"the store at {backend.url} was created with {'private' if config.run_names == 'keyed' else 'readable'} "
+            "run ids, and that cannot change; leave private_run_ids out, or create another store"
+        )
     master = _unwrap(backend, config, user_key, kms)
     store = Store(backend, config, master, options=options, kms_client=kms)
     if not secrets.compare_digest(store.cipher.key_check(_config_check_message(config)), config.key_check):
@@ -425,7 +449,7 @@ def open_store(
 
 
 def _create(
-    backend: Backend, user_key: UserKey, chunker: ChunkerParams, kms: Callable[[], Any]
+    backend: Backend, user_key: UserKey, chunker: ChunkerParams, kms: Callable[[], Any], *, private_run_ids: bool
 ) -> tuple[StoreConfig, bytes | None]:
     """Create config and first key file. Returns the winner's config and, if we won, the master key."""
     if not backend.capabilities.atomic_create:
@@ -435,12 +459,18 @@ def _create(
     keyfile = wrap_master_key(master, user_key, store_id=store_id, kms_client=kms)
     # The key file goes first: a config is never visible without a key that opens it.
     backend.put(f"keys/{keyfile.key_id}", keyfile.model_dump_json().encode(), mode="create")
-    draft = StoreConfig(version=FORMAT_VERSION, store_id=store_id, created_at=datetime.now(UTC), chunker=chunker)
+    draft = StoreConfig(
+        version=KEYED_NAMES_FORMAT_VERSION if private_run_ids else FORMAT_VERSION,
+        store_id=store_id,
+        created_at=datetime.now(UTC),
+        chunker=chunker,
+        run_names="keyed" if private_run_ids else "escaped",
+    )
     config = draft.model_copy(update={"key_check": Cipher(master, store_id).key_check(_config_check_message(draft))})
     try:
         # A config of ours that landed with its answer lost is success (backends/_retry.py); only a
         # config with another store id is another process's.
-        backend.put("config", config.model_dump_json().encode(), mode="create")
+        backend.put("config", config.document(), mode="create")
     except PreconditionFailedError:
         winner = _load_config(backend)
         if winner is None:

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pydantic
 
 from . import _boundaries, codec, values
-from ._names import head_key
 from .backends import Match, PutMode
 from .blobs import WriteStats, open_source
 from .checkpoint import Checkpoint
@@ -243,8 +242,8 @@ class Writer:
         """Point HEAD at ``seq``; a hint, so failures are logged, never raised."""
         run = self.run
         backend = run.store.backend
-        data = codec.encode_head(run.store.cipher, run.run_id, HeadPointer(schema_version=HEAD_SCHEMA_VERSION, seq=seq))
-        key = head_key(run.run_id)
+        data = codec.encode_head(run.store.cipher, run.segment, HeadPointer(schema_version=HEAD_SCHEMA_VERSION, seq=seq))
+        key = run._head_key()
         try:
             if not backend.capabilities.compare_and_swap:
                 backend.put(key, data)

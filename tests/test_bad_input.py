@@ -36,7 +36,7 @@ def _valid_document(store: s3ckpt.Store) -> dict[str, object]:
 def _decode(store: s3ckpt.Store, plain: bytes, *, run_id: str = RUN, seq: int = 1) -> CommitRecord:
     flag, payload = codec.compress(plain)
     sealed = store.cipher.seal("log", f"{s3ckpt._names.encode_run_id(run_id)}/{seq}", payload, flag=flag)
-    return codec.decode_record(store.cipher, sealed, run_id=run_id, seq=seq, key=KEY)
+    return codec.decode_record(store.cipher, sealed, run_id=run_id, seq=seq, key=KEY, segment=store.names.segment(run_id))
 
 
 def _nested(depth: int) -> str:
@@ -140,7 +140,7 @@ def test_fuzz_the_decoder_with_100k_inputs() -> None:
     for mutant in _mutants(seed_doc, rng, 80_000):
         sealed = store.cipher.seal("log", f"{segment}/1", mutant, flag=codec.RAW)
         try:
-            record = codec.decode_record(store.cipher, sealed, run_id=RUN, seq=1, key=KEY)
+            record = codec.decode_record(store.cipher, sealed, run_id=RUN, seq=1, key=KEY, segment=store.names.segment(RUN))
         except S3ckptError:
             refused += 1
         else:
@@ -154,9 +154,9 @@ def test_fuzz_the_decoder_with_100k_inputs() -> None:
             blob[rng.randrange(len(blob))] ^= 1 << rng.randrange(8)
             blob = blob[: rng.randrange(len(blob) + 1)] if i % 4 == 1 else blob
         with pytest.raises(S3ckptError):
-            codec.decode_record(store.cipher, bytes(blob), run_id=RUN, seq=1, key=KEY)
+            codec.decode_record(store.cipher, bytes(blob), run_id=RUN, seq=1, key=KEY, segment=store.names.segment(RUN))
         with pytest.raises(S3ckptError):
-            codec.decode_head(store.cipher, bytes(blob), run_id=RUN, key=KEY)
+            codec.decode_head(store.cipher, bytes(blob), segment=store.names.segment(RUN), key=KEY)
     elapsed = time.monotonic() - started
     assert decoded + refused == 80_000
     assert refused > 50_000, "the mutator should mostly produce invalid records"

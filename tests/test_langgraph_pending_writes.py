@@ -349,7 +349,7 @@ def test_writes_objects_from_before_writers_were_named_are_read() -> None:
         saver = S3ckptSaver(store)
         root = saver.put(_config(), _checkpoint("000001", 1), METADATA, {"x": f"{1:032}.0"})
         lg = saver._log_of(THREAD, "")
-        key = writes_key(lg.run.run_id, "000001", "t", [0], None)
+        key = writes_key(lg.run.prefix, "000001", "t", [0], None)
         ref = {"t": "json", "b": "Im9sZCI="}  # json "old"
         assert saver._store_writes(lg, _Writes(key, "000001", "t", "", [[0, "c", ref]], {}, time.time_ns(), None))
         assert _pending(S3ckptSaver(store), "000001") == [("t", "c", "old")]

@@ -339,7 +339,9 @@ def decrypted_objects(root: Path, store: s3ckpt.Store) -> dict[str, Any]:
         elif parts[0] == "runs" and len(parts) == 4 and parts[2] == "log":
             run_id = decode_run_id(parts[1])
             assert run_id is not None
-            record = codec.decode_record(store.cipher, data, run_id=run_id, seq=int(parts[3]), key=key)
+            record = codec.decode_record(
+                store.cipher, data, run_id=run_id, seq=int(parts[3]), key=key, segment=store.names.segment(run_id)
+            )
             out[key] = json.loads(record.model_dump_json())
             found = {"state": record.state_manifest, "ledger": record.ledger_manifest}
             found.update({f"artifact {name!r}": m for name, m in record.artifacts.items()})
@@ -347,7 +349,9 @@ def decrypted_objects(root: Path, store: s3ckpt.Store) -> dict[str, Any]:
         elif parts[0] == "runs" and len(parts) == 3 and parts[2] == "HEAD":
             run_id = decode_run_id(parts[1])
             assert run_id is not None
-            out[key] = json.loads(codec.decode_head(store.cipher, data, run_id=run_id, key=key).model_dump_json())
+            out[key] = json.loads(codec.decode_head(
+                store.cipher, data, segment=store.names.segment(run_id), key=key
+            ).model_dump_json())
         elif parts[0] == "packs":
             packs[key] = len(data)
         else:

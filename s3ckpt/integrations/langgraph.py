@@ -58,7 +58,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from .. import codec
-from .._names import encode_run_id, log_key, parse_seq, run_prefix
+from .._names import encode_run_id, parse_seq
 from ..blobs import Upload
 from ..errors import (
     ConflictError,
@@ -134,12 +134,12 @@ def _idx_name(idxs: Sequence[int]) -> str:
     return name if len(name) <= 64 else "h" + hashlib.sha256(name.encode()).hexdigest()
 
 
-def writes_prefix(run_id: str, checkpoint_id: str) -> str:
-    """Where the writes objects of one checkpoint live."""
-    return f"{run_prefix(run_id)}writes/{_segment(checkpoint_id)}/"
+def writes_prefix(run_prefix: str, checkpoint_id: str) -> str:
+    """Where the writes objects of one checkpoint live, under the run's prefix (``Run.prefix``)."""
+    return f"{run_prefix}writes/{_segment(checkpoint_id)}/"
 
 
-def writes_key(run_id: str, checkpoint_id: str, task_id: str, idxs: Sequence[int], writer: str | None, t: int = 0) -> str:
+def writes_key(run_prefix: str, checkpoint_id: str, task_id: str, idxs: Sequence[int], writer: str | None, t: int = 0) -> str:
     """The key of the writes object of one ``put_writes`` call (its writes' indexes, in order) by
     one writer (a saver's ``writer_id``), written at ``t``. A call with a special channel (negative
     index) is named by its time too: special writes supersede earlier ones by a newer object, so
@@ -147,10 +147,10 @@ def writes_key(run_id: str, checkpoint_id: str, task_id: str, idxs: Sequence[int
     layout before writers were named (read, never written)."""
     name = _idx_name(idxs)
     if writer is None:
-        return f"{writes_prefix(run_id, checkpoint_id)}{_segment(task_id)}/{name}"
+        return f"{writes_prefix(run_prefix, checkpoint_id)}{_segment(task_id)}/{name}"
     if any(i < 0 for i in idxs):
         name = f"{name}.{t}"
-    return f"{writes_prefix(run_id, checkpoint_id)}{_segment(task_id)}/{_segment(writer)}/{name}"
+    return f"{writes_prefix(run_prefix, checkpoint_id)}{_segment(task_id)}/{_segment(writer)}/{name}"
 
 
 @dataclass(frozen=True)
@@ -170,9 +170,9 @@ class _Writes:
     writer: str | None
     etag: str | None = None
 
-    def ident(self, run_id: str) -> str:
+    def ident(self, run_prefix: str) -> str:
         """Its name whether it is an object or rides in a record: the key of its object."""
-        return writes_key(run_id, self.checkpoint_id, self.task, [w[0] for w in self.w], self.writer, self.t)
+        return writes_key(run_prefix, self.checkpoint_id, self.task, [w[0] for w in self.w], self.writer, self.t)
 
 
 @dataclass
@@ -349,7 +349,7 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
             run = doc["run"]
         except (ValueError, KeyError, TypeError, RecursionError) as exc:
             raise IntegrityError(f"{key} is not a valid LangGraph writes object: {exc}", key=key) from None
-        if run != run_id or wo.ident(run_id) != key:
+        if run != run_id or wo.ident(self.store.names.prefix(run_id)) != key:
             raise IntegrityError(f"{key} holds the writes of another run, checkpoint or task", key=key)
         return wo
 
@@ -422,7 +422,7 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
         the run's prefix (``log/`` and ``writes/``), then the new records and the new or changed
         writes objects, in parallel. Writes objects no longer listed (pruned) are dropped."""
         run = lg.run
-        prefix = run_prefix(run.run_id)
+        prefix = run.prefix
         seqs: builtins.list[int] = []
         listed: dict[str, str | None] = {}
         for info in self.store.backend.list(prefix):
@@ -459,7 +459,7 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
         if before is not None and record.prev != before:
             raise IntegrityError(
                 f"run {lg.run.run_id!r}: record {seq} does not chain to the record before it; run `s3ckpt verify`",
-                key=log_key(lg.run.run_id, seq),
+                key=lg.run._log_key(seq),
             )
         lg.tail = entry
         lg.digests[seq] = entry.digest
@@ -693,9 +693,8 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
         """The other writers' writes of ``parent_id`` that count as this saver has read them: the
         ones a graph here was handed (the graph replaces a task's writes it ran again with its
         own). Kept as their idents below the parent's writes prefix."""
-        run_id = lg.run.run_id
-        prefix = writes_prefix(run_id, parent_id)
-        read = {wo.ident(run_id) for _, _, _, _, wo, _ in self._pending(lg, parent_id) if wo.writer != self.writer_id}
+        prefix = writes_prefix(lg.run.prefix, parent_id)
+        read = {wo.ident(lg.run.prefix) for _, _, _, _, wo, _ in self._pending(lg, parent_id) if wo.writer != self.writer_id}
         return sorted(ident[len(prefix) :] for ident in read)
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
@@ -793,7 +792,7 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
         if not entries:
             return
         t = time.time_ns()
-        key = writes_key(lg.run.run_id, checkpoint_id, task_id, [e[0] for e in entries], self.writer_id, t)
+        key = writes_key(lg.run.prefix, checkpoint_id, task_id, [e[0] for e in entries], self.writer_id, t)
         wo = _Writes(key, checkpoint_id, task_id, task_path, entries, artifacts, t, self.writer_id)
         if me is not None and not artifacts and self._ride(lg, me, wo):
             return
@@ -860,7 +859,7 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
         state = cast(dict[str, Any], record.state)
         if "wf" not in state:
             return None
-        prefix = writes_prefix(lg.run.run_id, checkpoint_id)
+        prefix = writes_prefix(lg.run.prefix, checkpoint_id)
         return _put_writer(record), {prefix + tail for tail in state["wf"]}
 
     @classmethod
@@ -875,9 +874,8 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
         if pin is None:
             return objects
         writer, read = pin
-        run_id = lg.run.run_id
         own = {wo.task for wo in objects if wo.writer == writer}
-        return [wo for wo in objects if (wo.writer == writer if wo.task in own else wo.ident(run_id) in read)]
+        return [wo for wo in objects if (wo.writer == writer if wo.task in own else wo.ident(lg.run.prefix) in read)]
 
     @classmethod
     def _pending(
@@ -995,7 +993,7 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
             f.result()
 
     def _delete_objects(self, lg: _Log, seqs: Iterable[int], writes: Iterable[str] = ()) -> None:
-        self._delete_keys([*(log_key(lg.run.run_id, s) for s in seqs), *writes])
+        self._delete_keys([*(lg.run._log_key(s) for s in seqs), *writes])
 
     def _drop(self, lg: _Log) -> None:
         """Append a drop marker (a ``deleted`` record, which fences s3ckpt writers too), then
@@ -1009,7 +1007,7 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
                 lg.writes.clear()
                 return
             marker = self._append(lg, {"lg": 1, "op": "drop"}, {}, drop=True)
-            prefix = run_prefix(lg.run.run_id)
+            prefix = lg.run.prefix
             keys = [info.key for info in self.store.backend.list(prefix)]
             seqs = [
                 s for s in (parse_seq(k[len(prefix) + 4 :]) for k in keys if k.startswith(prefix + "log/")) if s is not None
@@ -1026,7 +1024,6 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
         to say which of its writes count, the writes that do not count (a losing host's) are
         deleted first, so its pending writes stay those its child was computed from. Call holding
         ``lg.commit`` and ``lg.lock``."""
-        run_id = lg.run.run_id
         kept_parents: set[str] = set()
         for seq in sorted(seqs):
             record = lg.records.get(seq)
@@ -1038,7 +1035,7 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
             writer = _put_writer(record)
             for task, path, t, w in state.get("pw") or ():
                 wo = _Writes("", parent, task, path, w, {}, t, writer)
-                kept = self._store_writes(lg, replace(wo, key=wo.ident(run_id)))
+                kept = self._store_writes(lg, replace(wo, key=wo.ident(lg.run.prefix)))
                 if kept is not None:
                     self._add_writes(lg, kept)
         hidden: set[str] = set()
@@ -1046,8 +1043,10 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
             remaining = [s for s in lg.children.get(parent, ()) if s not in seqs]
             if remaining and "wf" in cast(dict[str, Any], lg.records[max(remaining)].state):
                 continue  # a remaining child says which writes count
-            counted = {wo.ident(run_id) for _, _, _, _, wo, _ in self._pending(lg, parent)}
-            hidden.update(k for k in self._objects(lg.writes.get(parent, ())) if lg.wobjs[k].ident(run_id) not in counted)
+            counted = {wo.ident(lg.run.prefix) for _, _, _, _, wo, _ in self._pending(lg, parent)}
+            hidden.update(
+                k for k in self._objects(lg.writes.get(parent, ())) if lg.wobjs[k].ident(lg.run.prefix) not in counted
+            )
         hidden -= writes
         # They do not count while the child is there, so deleting them first changes no reader's view.
         self._delete_keys(sorted(hidden))
@@ -1115,7 +1114,7 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
                     self._append(dst, cast(dict[str, Any], record.state), record.artifacts)
             for wo in wobjs:
                 # The same writer in the copy, so the copied records' "wr" and "wf" name them.
-                copied = self._store_writes(dst, replace(wo, key=wo.ident(dst.run.run_id), etag=None))
+                copied = self._store_writes(dst, replace(wo, key=wo.ident(dst.run.prefix), etag=None))
                 if copied is not None:
                     with dst.lock:
                         self._add_writes(dst, copied)
