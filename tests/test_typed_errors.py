@@ -101,16 +101,36 @@ class Paths:
         ]  # fmt: skip
 
 
+class _Deep(list[object]):
+    """A list nested ``depth`` deep. repr() of it still recurses past the limit (messages that repr
+    a caller's value must survive that); hypothesis prints it short, so a failure report works."""
+
+    depth = 0
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(f"<list nested {self.depth} deep>")
+
+
 def _deep(depth: int) -> object:
     value: object = []
-    for _ in range(depth):
+    for _ in range(depth - 1):
         value = [value]
-    return value
+    top = _Deep([value])
+    top.depth = depth
+    return top
 
 
 class _Unprintable:
     def __repr__(self) -> str:
         raise RuntimeError("no repr")
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text("<an object whose repr raises>")
+
+
+def _pick(values: list[Any]) -> st.SearchStrategy[Any]:
+    """One of ``values``, by index: the strategy's own repr never reprs a hostile value."""
+    return st.integers(0, len(values) - 1).map(values.__getitem__)
 
 
 WRONG_TYPES: list[object] = [
@@ -144,19 +164,22 @@ def relative_text() -> st.SearchStrategy[str]:
     return st.text(max_size=30).map(lambda s: s.lstrip("/~"))
 
 
-def bad_values(paths: Paths) -> st.SearchStrategy[Any]:
-    return st.one_of(
-        st.sampled_from(WRONG_TYPES),
-        st.sampled_from(HOSTILE_TEXT),
+def bad_values(paths: Paths, *, callables: bool = True) -> st.SearchStrategy[Any]:
+    """Anything but a good value. ``callables=False`` for a parameter that takes a callable: a
+    callable that raises or takes other arguments would only show the user's own error."""
+    wrong_types = WRONG_TYPES if callables else [v for v in WRONG_TYPES if not callable(v)]
+    values = [
+        _pick(wrong_types),
+        _pick(HOSTILE_TEXT),
         relative_text(),
-        st.sampled_from(HOSTILE_JSON),
-        st.sampled_from(paths.bad()),
-        st.sampled_from(BAD_URLS),
-        st.sampled_from(BAD_KEYS),
-        st.sampled_from(BAD_SEQS),
-        callables_returning_bad_values(),
-        st.dictionaries(st.sampled_from(HOSTILE_TEXT), st.sampled_from(WRONG_TYPES + HOSTILE_JSON), max_size=3),
-    )
+        _pick(HOSTILE_JSON),
+        _pick(paths.bad()),
+        _pick(BAD_URLS),
+        _pick(BAD_KEYS),
+        _pick(BAD_SEQS),
+        st.dictionaries(_pick(HOSTILE_TEXT), _pick(WRONG_TYPES + HOSTILE_JSON), max_size=3),
+    ]
+    return st.one_of(*values, callables_returning_bad_values()) if callables else st.one_of(*values)
 
 
 def restore_paths(paths: Paths) -> st.SearchStrategy[Any]:
@@ -171,14 +194,12 @@ def restore_paths(paths: Paths) -> st.SearchStrategy[Any]:
         "\ud800",
         paths.out_dir + "/" + "n" * 300,
     ]
-    return st.one_of(
-        st.sampled_from(WRONG_TYPES), st.sampled_from(inside), st.sampled_from([Path(paths.directory), Path(paths.out_dir)])
-    )
+    return st.one_of(_pick(WRONG_TYPES), _pick(inside), _pick([Path(paths.directory), Path(paths.out_dir)]))
 
 
 def callables_returning_bad_values() -> st.SearchStrategy[Any]:
     """Functions a user might pass that return what cannot be stored (they never raise)."""
-    returns = st.sampled_from([math.nan, object(), "\ud800", {1: 2, "1": 3}, _deep(5000), b"bytes", {"k": {1, 2}}])
+    returns = _pick([math.nan, object(), "\ud800", {1: 2, "1": 3}, _deep(5000), b"bytes", {"k": {1, 2}}])
     return returns.map(lambda value: lambda *args, **kwargs: value)
 
 
@@ -447,7 +468,7 @@ def _argument_strategy(target: Target, world: World, data: st.DataObject) -> dic
         elif name in CALLABLE_PARAMS:
             # Not a callable, or one that returns what cannot be stored; never one that raises, or
             # takes the wrong arguments: what the user's own code raises is the user's to see.
-            not_callable = bad_values(world.paths).filter(lambda v: not callable(v))
+            not_callable = bad_values(world.paths, callables=False)
             value = data.draw(st.one_of(not_callable, callables_returning_bad_values()), label=name)
         else:
             value = data.draw(bad_values(world.paths), label=name)
@@ -772,16 +793,14 @@ def test_s3_error_codes_say_what_to_do(code: str, status: int, error: type[Excep
         {},
         optional={
             "endpoint_url": st.one_of(
-                st.sampled_from([DEAD_ENDPOINT, "", "x", "http://", "ftp://h", "\ud800"]), st.sampled_from(WRONG_TYPES)
+                st.sampled_from([DEAD_ENDPOINT, "", "x", "http://", "ftp://h", "\ud800"]), _pick(WRONG_TYPES)
             ),
-            "region": st.one_of(
-                st.sampled_from(["us-east-1", "", "bad region", "\x00", "a" * 300]), st.sampled_from(WRONG_TYPES)
-            ),
+            "region": st.one_of(st.sampled_from(["us-east-1", "", "bad region", "\x00", "a" * 300]), _pick(WRONG_TYPES)),
             "credentials": st.one_of(
                 st.dictionaries(
                     st.sampled_from(["aws_access_key_id", "profile_name", "x"]), st.sampled_from(["", "k", 5, None])
                 ),
-                st.sampled_from(WRONG_TYPES),
+                _pick(WRONG_TYPES),
             ),
             "retry_mode": st.sampled_from(["standard", "x", None, 5]),
             "max_attempts": st.sampled_from([1, 0, -1, 10**9, 1.5, True, "2", None]),
