@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import pydantic
 
-from .errors import IntegrityError, InvalidArtifactError, LocalPathError, S3ckptError, describe
+from .errors import IntegrityError, InvalidArgumentError, LocalPathError, S3ckptError, describe
 from .records import CommitRecord, EffectRecord, Ledger, Manifest, StepRecord
 
 if TYPE_CHECKING:
@@ -82,7 +82,7 @@ class Checkpoint:
 
     def _manifest(self, name: str) -> Manifest:
         if not isinstance(name, str):
-            raise InvalidArtifactError(
+            raise InvalidArgumentError(
                 f"an artifact name is a str, not {type(name).__name__}; this checkpoint has: {self._names()}"
             )
         manifest = self._record.artifacts.get(name)
@@ -170,7 +170,7 @@ class Checkpoint:
 def _restore_target(path: object) -> Path:
     """``path`` as a file path that a restore can create, checked before anything is downloaded."""
     if not isinstance(path, str | os.PathLike) or path == "":
-        raise InvalidArtifactError(f"restore_artifact needs a file path (str or os.PathLike), not {describe(path)}")
+        raise InvalidArgumentError(f"restore_artifact needs a file path (str or os.PathLike), not {describe(path)}")
     try:
         target = Path(path)
         shown = str(target)
@@ -189,7 +189,7 @@ def _restore_target(path: object) -> Path:
                 f"cannot restore to {shown!r}: its directory {str(parent)!r} {why}; create it first (mkdir -p)", path=shown
             )
     except (TypeError, ValueError) as exc:  # a NUL byte, a lone surrogate, a bad __fspath__
-        raise InvalidArtifactError(f"restore_artifact: {describe(path)} is not a usable path ({exc})") from None
+        raise InvalidArgumentError(f"restore_artifact: {describe(path)} is not a usable path ({exc})") from None
     except OSError as exc:  # a name too long, a loop of symlinks, ...
         raise LocalPathError(f"cannot restore to {describe(path)}: {_os_reason(exc)}", path=describe(path)) from None
     return target

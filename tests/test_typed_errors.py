@@ -42,6 +42,7 @@ from s3ckpt.errors import (
     ConfigurationError,
     CredentialsError,
     EndpointUnreachableError,
+    InvalidArgumentError,
     InvalidArtifactError,
     LocalPathError,
     S3ckptError,
@@ -627,17 +628,18 @@ def test_restore_to_a_path_that_cannot_take_the_file(world: World) -> None:
         (out / "no-such-dir" / "f.bin", LocalPathError, "mkdir -p"),
         (world.paths.under_file, LocalPathError, "is not a directory"),
         (out / ("n" * 300), LocalPathError, "too long"),
-        ("", InvalidArtifactError, "file path"),
-        (7, InvalidArtifactError, "file path"),
-        (None, InvalidArtifactError, "file path"),
-        ("a\x00b", InvalidArtifactError, "not a usable path"),
+        ("", InvalidArgumentError, "file path"),
+        (7, InvalidArgumentError, "file path"),
+        (None, InvalidArgumentError, "file path"),
+        ("a\x00b", InvalidArgumentError, "not a usable path"),
+        ("\ud800", InvalidArgumentError, "not a usable path"),
     ]
     for path, error, says in cases:
         with pytest.raises(error, match=says):
             world.base.restore_artifact("a.bin", path)  # type: ignore[arg-type]
     leftovers = [p.name for p in out.iterdir() if ".s3ckpt-" in p.name]
     assert not leftovers, f"a failed restore left temporary files: {leftovers}"
-    with pytest.raises(InvalidArtifactError, match="artifact name is a str"):
+    with pytest.raises(InvalidArgumentError, match="artifact name is a str"):
         world.base.read_artifact(["a.bin"])  # type: ignore[arg-type]
     with pytest.raises(s3ckpt.ArtifactNotFoundError, match=r"'a\.bin'"):
         world.base.open_artifact("nope")
