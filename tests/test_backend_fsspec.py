@@ -153,7 +153,7 @@ def test_a_missing_bucket_and_an_unreachable_endpoint_are_typed(moto_s3: S3Bucke
 
 
 def test_every_error_is_an_s3ckpt_error_with_the_fitting_builtin(moto_s3: S3Bucket) -> None:
-    backend = _backend(moto_s3)
+    backend = _backend(moto_s3, config_kwargs={"retries": {"total_max_attempts": 1}})  # a 503 at once
     with pytest.raises(FileNotFoundError) as missing:
         backend.get("nothing")
     assert isinstance(missing.value, S3ckptError)
