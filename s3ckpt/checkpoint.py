@@ -182,6 +182,11 @@ def _restore_target(path: object) -> Path:
                 f"cannot restore to {shown!r}: it is a directory; give a file path such as {str(target / 'artifact')!r}",
                 path=shown,
             )
+        if target.exists() and not target.is_file():  # a FIFO, a socket, a device: never replaced by a file
+            raise LocalPathError(
+                f"cannot restore to {shown!r}: it is not a regular file (a FIFO, socket or device); give a file path",
+                path=shown,
+            )
         parent = target.parent
         if not parent.is_dir():
             why = "does not exist" if not parent.exists() else "is not a directory"

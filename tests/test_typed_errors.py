@@ -15,12 +15,15 @@ no credentials, an endpoint that is down) is tested against moto's HTTP server a
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import io
 import math
 import os
 import re
+import socket
+import stat
 import string
 import time
 import uuid
@@ -130,8 +133,9 @@ class _Unprintable:
 
 
 def _pick(values: list[Any]) -> st.SearchStrategy[Any]:
-    """One of ``values``, by index: the strategy's own repr never reprs a hostile value."""
-    return st.integers(0, len(values) - 1).map(values.__getitem__)
+    """One of ``values``, by index: neither the strategy's repr nor hypothesis's report of a draw
+    reprs the list of hostile values (a bound ``values.__getitem__`` would)."""
+    return st.integers(0, len(values) - 1).map(lambda i: values[i])
 
 
 WRONG_TYPES: list[object] = [
@@ -565,7 +569,8 @@ def _artifact_cases(paths: Paths) -> list[tuple[str, object, str]]:
     closed = open(paths.file, "rb")  # noqa: SIM115
     closed.close()
     return [
-        ("missing", paths.missing, "does not exist"),
+        # paths.missing may have become a store by now (open_store(url=...) creates one): a fresh name
+        ("missing", os.path.join(paths.out_dir, f"absent-{uuid.uuid4().hex}"), "does not exist"),
         ("directory", paths.directory, "is a directory"),
         ("fifo", paths.fifo, "not a regular file"),
         ("device", "/dev/zero", "not a regular file"),
@@ -623,10 +628,16 @@ def test_a_stream_that_misbehaves_is_an_invalid_artifact(world: World) -> None:
 
 def test_restore_to_a_path_that_cannot_take_the_file(world: World) -> None:
     out = Path(world.paths.out_dir)
+    listener = socket.socket(socket.AF_UNIX)
+    with contextlib.suppress(OSError):
+        (out / "a-socket").unlink()
+    listener.bind(str(out / "a-socket"))
     cases: list[tuple[object, type[S3ckptError], str]] = [
         (world.paths.directory, LocalPathError, "is a directory"),
         (out / "no-such-dir" / "f.bin", LocalPathError, "mkdir -p"),
         (world.paths.under_file, LocalPathError, "is not a directory"),
+        (world.paths.fifo, LocalPathError, "not a regular file"),
+        (out / "a-socket", LocalPathError, "not a regular file"),
         (out / ("n" * 300), LocalPathError, "too long"),
         ("", InvalidArgumentError, "file path"),
         (7, InvalidArgumentError, "file path"),
@@ -639,6 +650,9 @@ def test_restore_to_a_path_that_cannot_take_the_file(world: World) -> None:
             world.base.restore_artifact("a.bin", path)  # type: ignore[arg-type]
     leftovers = [p.name for p in out.iterdir() if ".s3ckpt-" in p.name]
     assert not leftovers, f"a failed restore left temporary files: {leftovers}"
+    assert stat.S_ISFIFO(os.stat(world.paths.fifo).st_mode), "a restore replaced a FIFO"
+    assert stat.S_ISSOCK(os.stat(out / "a-socket").st_mode), "a restore replaced a socket"
+    listener.close()
     with pytest.raises(InvalidArgumentError, match="artifact name is a str"):
         world.base.read_artifact(["a.bin"])  # type: ignore[arg-type]
     with pytest.raises(s3ckpt.ArtifactNotFoundError, match=r"'a\.bin'"):
@@ -814,7 +828,7 @@ def test_generated_s3_options_are_typed_errors(sandbox: Path, options: dict[str,
     options.setdefault("endpoint_url", DEAD_ENDPOINT)
     options.setdefault("max_attempts", 1)
     expect_typed(
-        f"open_store(s3://bucket/p, {options})",
+        f"open_store(s3://bucket/p, {_short(options)})",
         lambda: _open_and_close(url="s3://bucket/p", key=s3ckpt.generate_key(), **options),
     )
 
