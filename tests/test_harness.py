@@ -46,7 +46,7 @@ def _target(kind: str, tmp_path: Path, request: pytest.FixtureRequest | None = N
 
 # Every pass of every boundary on a local directory; on moto (slower: one Python server answers
 # every request) a sample of passes per boundary. Together at least 200 kill points per run.
-KILL_PLANS = {
+KILL_PLANS: dict[str, dict[str, Any]] = {
     "local": {"tasks": 14, "per_point": None, "random": 16, "at_least": 150},
     "moto": {"tasks": 6, "per_point": 5, "random": 16, "at_least": 50},
 }
