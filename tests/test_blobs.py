@@ -197,8 +197,9 @@ def _edits(base: bytes) -> dict[str, bytes]:
         "truncated": base[: len(base) - 200_000],
         "truncated at a cut": base[: len(base) // 2],
         "extended": base + os.urandom(300_000),
-        "first byte": b"\x00" + base[1:],
-        "last byte": base[:-1] + b"\x00",
+        # XOR, not a constant: a constant equal to the random byte would change nothing (1 in 256)
+        "first byte": bytes([base[0] ^ 0xFF]) + base[1:],
+        "last byte": base[:-1] + bytes([base[-1] ^ 0xFF]),
         "rewritten": os.urandom(len(base)),
         "tiny": base[:100],
     }
