@@ -33,6 +33,7 @@ from ._names import BlobId, blob_key, check_blob_id, pack_key
 from .backends import Backend
 from .crypto import ENVELOPE_OVERHEAD, Cipher, Sealer, sealed_size
 from .errors import (
+    DAMAGE_FIX,
     IntegrityError,
     InvalidArtifactError,
     ObjectNotFoundError,
@@ -299,11 +300,11 @@ class BlobStore:
                     needed[key] = (end, name)
         for (key, (end, name)), info in zip(needed.items(), self.pool.map(self.backend.head, needed), strict=True):
             if info is None:
-                raise IntegrityError(f"{where}: artifact {name!r} needs {key}, which is missing; run `s3ckpt verify`", key=key)
+                raise IntegrityError(f"{where}: artifact {name!r} needs {key}, which is missing; {DAMAGE_FIX}", key=key)
             if info.size < end:
                 raise IntegrityError(
                     f"{where}: artifact {name!r} needs {end} bytes of {key}, which holds {info.size} (truncated); "
-                    "run `s3ckpt verify`",
+                    f"{DAMAGE_FIX}",
                     key=key,
                 )
 
@@ -342,7 +343,7 @@ class BlobStore:
             data = data[: self.backend.get_range_into(span.key, span.start, data)]
         except ObjectNotFoundError:
             raise IntegrityError(
-                f"{span.key} is missing from the store, and a checkpoint needs it; run `s3ckpt verify`", key=span.key
+                f"{span.key} is missing from the store, and a checkpoint needs it; {DAMAGE_FIX}", key=span.key
             ) from None
         if len(data) != span.end - span.start:
             raise IntegrityError(f"{span.key} is shorter than a checkpoint says (truncated)", key=span.key)

@@ -373,11 +373,15 @@ def effects(ctx: typer.Context, run: str) -> None:
 def resolve(
     ctx: typer.Context,
     run: str,
-    effect: Annotated[str, typer.Argument(help="The effect's idempotency key (`s3ckpt effects RUN`).")],
+    effect: Annotated[str, typer.Argument(help="Its idempotency key, or a unique start of it (`s3ckpt effects RUN`).")],
     sent: Annotated[str | None, typer.Option("--sent", help="It happened: the provider's reference.")] = None,
-    not_sent: Annotated[bool, typer.Option("--not-sent", help="It did not happen: it may be sent again.")] = False,
+    not_sent: Annotated[bool, typer.Option("--not-sent", help="It did not happen: it is sent again, under its key.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an outcome that is already known.")] = False,
 ) -> None:
-    """Settle an effect whose outcome is unknown, after checking with the provider."""
+    """Settle an effect whose outcome is unknown, after checking with the provider.
+
+    Everything is checked first (the effect exists and is unknown, unless --force); then the run is
+    claimed, which fences its live writer: a worker still running it stops at its next commit."""
     c: Context = ctx.obj
     if (sent is None) == (not not_sent):
         err.print("error: give exactly one of --sent REF or --not-sent", highlight=False, markup=False)
@@ -385,9 +389,17 @@ def resolve(
 
     def go() -> None:
         with c.open() as store:
-            settled = store.run(run).resolve_effect(effect, sent=sent is not None, reference=sent)
+            settled = store.run(run).resolve_effect(effect, sent=sent is not None, reference=sent, force=force)
             data = settled.model_dump(mode="json")
-            c.emit(data, lambda: out.print(f"{effect}: {settled.status}", highlight=False, markup=False))
+            c.emit(
+                data,
+                lambda: out.print(
+                    f"{settled.idempotency_key}: {settled.status}. The run was claimed: a worker still running {run!r} "
+                    "is fenced (it stops at its next commit); resume the run to go on.",
+                    highlight=False,
+                    markup=False,
+                ),
+            )
 
     _guard(go)
 

@@ -34,7 +34,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from ._names import BlobId
-from .errors import ConfigurationError, IntegrityError
+from .errors import DAMAGE_FIX, ConfigurationError, IntegrityError
 
 MASTER_KEY_SIZE = 32
 _MAGIC_V1 = b"S3C\x01"  # format 1: the compression flag was the first plaintext byte
@@ -136,7 +136,7 @@ class Cipher:
         legacy = magic == _MAGIC_V1
         header = len(_MAGIC) + _SALT_SIZE if legacy else HEADER_SIZE
         if len(sealed) < header + _TAG_SIZE or not (legacy or magic == _MAGIC):
-            raise IntegrityError(f"{where} is not an s3ckpt object (truncated or overwritten); run `s3ckpt verify`", key=key)
+            raise IntegrityError(f"{where} is not an s3ckpt object (truncated or overwritten); {DAMAGE_FIX}", key=key)
         salt = bytes(sealed[header - _SALT_SIZE : header])
         if legacy:  # format 1: a subkey per object from the whole salt, zero nonce
             return None, header, AESGCM(hmac.digest(self._object_key, salt, "sha256")), _ZERO_NONCE
@@ -146,7 +146,7 @@ class Cipher:
     def _tampered(where: str, key: str | None) -> IntegrityError:
         return IntegrityError(
             f"{where} failed authentication: it was modified, truncated, or moved from another "
-            "key, run or store. Do not trust it; run `s3ckpt verify` to find the extent of the damage.",
+            f"key, run or store. Do not trust it; {DAMAGE_FIX}.",
             key=key,
         )
 

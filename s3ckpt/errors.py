@@ -25,6 +25,10 @@ def describe(value: object) -> str:
         return f"<{type(value).__name__} object>"
 
 
+#: What to do about damage, in every message that reports it.
+DAMAGE_FIX = "restore it from a backup, or with S3 versioning from the object's earlier version"
+
+
 class S3ckptError(Exception):
     """Root of every error s3ckpt raises on purpose."""
 

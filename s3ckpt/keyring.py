@@ -111,6 +111,12 @@ def _kms_errors(*, refused: type[S3ckptError], what: str) -> Iterator[None]:
         yield
     except botocore.exceptions.NoRegionError:
         raise ConfigurationError("kms: keys need an AWS region: pass region= or set AWS_DEFAULT_REGION") from None
+    except botocore.exceptions.BotoCoreError as exc:  # no credentials, KMS unreachable, bad arguments
+        from .backends._s3 import transport_error
+
+        raise transport_error(exc, f"KMS (to {what})", endpoint="kms_endpoint_url= or AWS_ENDPOINT_URL_KMS") from None
+    except ValueError as exc:
+        raise ConfigurationError(f"cannot make a KMS client: {exc}; check kms_endpoint_url and the region") from None
     except botocore.exceptions.ClientError as exc:
         code = exc.response.get("Error", {}).get("Code")
         status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")

@@ -27,20 +27,21 @@ from . import _boundaries, codec, values
 from ._names import parse_seq
 from .checkpoint import Checkpoint
 from .errors import (
+    DAMAGE_FIX,
     BackendError,
     ConflictError,
     EffectSettledError,
     IntegrityError,
     InvalidArgumentError,
-    InvalidArtifactError,
     ObjectNotFoundError,
     PreconditionFailedError,
     RunNotFoundError,
     UnknownOutcomeError,
     UnsupportedBackendError,
+    describe,
 )
 from .records import RECORD_SCHEMA_VERSION, CommitRecord, EffectRecord, HeadPointer, Ledger
-from .workflows import OnVersionChange, resolve
+from .workflows import POLICIES, OnVersionChange, resolve
 from .writer import Writer
 
 if TYPE_CHECKING:
@@ -113,7 +114,7 @@ class SeenTails:
 
 def check_seq(seq: Any) -> int:
     if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq < 10**20:
-        raise InvalidArgumentError(f"a seq is an int >= 0 (see `s3ckpt log RUN`), not {seq!r:.40}")
+        raise InvalidArgumentError(f"a seq is an int >= 0 (see `s3ckpt log RUN`), not {describe(seq)}")
     return seq
 
 
@@ -217,7 +218,7 @@ class Run:
             except (ValueError, RecursionError) as exc:
                 raise IntegrityError(f"run {self.run_id!r}@{record.seq}: stored state is not valid JSON: {exc}") from None
         if validate not in ("exists", "full"):
-            raise InvalidArtifactError(f"validate must be 'exists' or 'full', not {validate!r}")
+            raise InvalidArgumentError(f"validate must be 'exists' or 'full', not {describe(validate)}")
         where = f"run {self.run_id!r}@{record.seq}"
         self.store.blobs.check_stored(record.artifacts, where=where, read=validate == "full")
         return Checkpoint(record, state, self.store.blobs)
@@ -236,6 +237,11 @@ class Run:
         ``on_version_change`` (see workflows.resolve). ``validate="exists"`` checks that every pack
         an artifact needs is stored and long enough; ``"full"`` also reads and verifies every chunk.
         """
+        if on_version_change not in POLICIES:
+            raise InvalidArgumentError(f"on_version_change is one of {', '.join(POLICIES)}, not {describe(on_version_change)}")
+        if workflow_version is not None:
+            workflow_version = values.version(workflow_version, "workflow_version")
+        provenance = values.json_object(provenance, "provenance")
         checkpoint = self._latest(validate)
         if checkpoint is None or (workflow_version is None and not provenance):
             return checkpoint
@@ -280,9 +286,12 @@ class Run:
         if entry is None:
             if floor is not None and seq <= floor[0]:
                 raise self._missing(seq, f"this store object saw the log reach seq {floor[0]}")
-            raise RunNotFoundError(f"run {self.run_id!r} has no record at seq {seq}")
+            raise RunNotFoundError(f"run {self.run_id!r} has no record at seq {seq}; `s3ckpt log RUN` lists its records")
         if entry.record.kind != "checkpoint":
-            raise RunNotFoundError(f"seq {seq} of run {self.run_id!r} is a {entry.record.kind} record, not a checkpoint")
+            raise RunNotFoundError(
+                f"seq {seq} of run {self.run_id!r} is a {entry.record.kind} record, not a checkpoint; `s3ckpt log RUN` "
+                "lists its records and their kinds"
+            )
         return self._checkpoint(entry.record, validate)
 
     def records(self) -> Iterator[CommitRecord]:
@@ -318,7 +327,7 @@ class Run:
         if entry.record.prev != prev:
             raise IntegrityError(
                 f"run {self.run_id!r}: record {entry.record.seq} does not chain to the record before it "
-                "(a record was replaced, removed or replayed); run `s3ckpt verify`",
+                f"(a record was replaced, removed or replayed); {DAMAGE_FIX}",
                 key=self._log_key(entry.record.seq),
             )
         return entry.digest
@@ -327,7 +336,7 @@ class Run:
         key = self._log_key(seq)
         return IntegrityError(
             f"run {self.run_id!r}: the record at seq {seq} ({key}): {why}. s3ckpt never deletes a record of a live run, "
-            "so this is damage; run `s3ckpt verify`",
+            f"so this is damage; {DAMAGE_FIX}",
             key=key,
         )
 
@@ -457,10 +466,9 @@ class Run:
         """Provenance as every record of a claim carries it: JSON, workflow named, redacted."""
         out = values.json_object(dict(provenance), "provenance")
         if workflow is not None:
-            out["workflow"] = values.name(str(workflow) if isinstance(workflow, int) else workflow, "workflow")
+            out["workflow"] = values.version(workflow, "workflow")
         if workflow_version is not None:
-            version = str(workflow_version) if isinstance(workflow_version, int) else workflow_version
-            out["workflow_version"] = values.name(version, "workflow_version")
+            out["workflow_version"] = values.version(workflow_version, "workflow_version")
         redacted: dict[str, Any] = self.store.options.redactor.redact(out)
         return redacted
 

@@ -26,6 +26,7 @@ import json
 import logging
 import math
 import typing
+import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -41,10 +42,12 @@ from .errors import (
     EffectFailedError,
     EffectMismatchError,
     IncompatibleSchemaError,
+    InvalidArgumentError,
     InvalidArtifactError,
     S3ckptError,
     StepRejectedError,
     UnknownOutcomeError,
+    describe,
 )
 from .records import AttemptRecord, EffectRecord, Ledger, StepRecord
 from .ref import Ref
@@ -171,7 +174,7 @@ class Session:
         self._check_running()
         name = self._name(name, "a step name")
         if not callable(fn) or (accept is not None and not callable(accept)):
-            raise InvalidArtifactError(f"step {name!r}: fn and accept must be callables")
+            raise InvalidArgumentError(f"step {name!r}: fn and accept must be callables")
         scope = self._scopes[-1]
         counters = self._counters[scope]
         key = f"{scope}{_escape(name)}#{counters['step ' + name]}"
@@ -252,7 +255,7 @@ class Session:
         self._check_running()
         kind = self._name(kind, "an effect kind")
         if not callable(send):
-            raise InvalidArtifactError(f"effect {kind!r}: send must be a callable send(idempotency_key)")
+            raise InvalidArgumentError(f"effect {kind!r}: send must be a callable send(idempotency_key)")
         failed_types = _exception_types(failed_on, kind)
         raw_key = None if idempotency_key is None else values.name(idempotency_key, "an idempotency_key")
         caller_key = None if raw_key is None else self._name(raw_key, "an idempotency_key")
@@ -370,9 +373,7 @@ class Session:
         """Add to the budget spent, per unit (``spend(tokens=1200, usd=0.03)``); saved with every commit."""
         checked: dict[str, int | float] = {}
         for unit, amount in amounts.items():
-            if isinstance(amount, bool) or not isinstance(amount, int | float) or not math.isfinite(amount):
-                raise InvalidArtifactError(f"spend({unit}=...) takes a finite number, not {amount!r}")
-            checked[self._name(unit, "a budget unit")] = amount
+            checked[self._name(unit, "a budget unit")] = _amount(amount, f"spend({unit}=...)")
         for unit, amount in checked.items():
             self._spent[unit] = self._spent.get(unit, 0) + amount
         return self.budget
@@ -522,8 +523,9 @@ class Session:
     def _snapshot(self) -> str:
         try:
             state = json.dumps(self.state, sort_keys=True, default=repr)
-        except (TypeError, ValueError, RecursionError):
-            state = repr(self.state)  # the commit itself says what is wrong with it
+        except Exception:  # noqa: BLE001 - whatever the caller's objects raise (a repr that fails, a huge int)
+            # Never equal to what was committed: the commit runs, and says what is wrong with the state.
+            state = f"<state that is not JSON: {uuid.uuid4().hex}>"
         return state + "\0" + self._ledger().model_dump_json()
 
     def _commit(
@@ -556,7 +558,7 @@ def _escape(name: str) -> str:
 def _exception_types(failed_on: Any, kind: str) -> tuple[type[BaseException], ...]:
     types = failed_on if isinstance(failed_on, tuple) else (failed_on,)
     if not all(isinstance(t, type) and issubclass(t, BaseException) for t in types):
-        raise InvalidArtifactError(f"effect {kind!r}: failed_on must be an exception type or a tuple of them")
+        raise InvalidArgumentError(f"effect {kind!r}: failed_on must be an exception type or a tuple of them")
     return types
 
 
@@ -605,20 +607,34 @@ def _check_arguments(
     on_version_change: Any, reconcile: Any, budget: Any
 ) -> tuple[Mapping[str, Reconciler] | None, dict[str, float]]:
     if on_version_change not in POLICIES:
-        raise InvalidArtifactError(f"on_version_change must be one of {', '.join(POLICIES)}, not {on_version_change!r}")
+        raise InvalidArgumentError(f"on_version_change must be one of {', '.join(POLICIES)}, not {describe(on_version_change)}")
     if reconcile is not None and not isinstance(reconcile, Mapping):
-        raise InvalidArtifactError("reconcile must be a mapping {kind: fn(effect) -> reference or None}")
+        raise InvalidArgumentError("reconcile must be a mapping {kind: fn(effect) -> reference or None}")
     for kind, fn in (reconcile or {}).items():
         if not callable(fn):
-            raise InvalidArtifactError(f"reconcile[{kind!r}] must be a function fn(effect) -> reference or None")
+            raise InvalidArgumentError(f"reconcile[{describe(kind)}] must be a function fn(effect) -> reference or None")
     limits: dict[str, float] = {}
     if budget is not None and not isinstance(budget, Mapping):
-        raise InvalidArtifactError("budget must be a mapping {unit: limit}, e.g. {'usd': 5}")
+        raise InvalidArgumentError("budget must be a mapping {unit: limit}, e.g. {'usd': 5}")
     for unit, limit in (budget or {}).items():
-        if isinstance(limit, bool) or not isinstance(limit, int | float) or not math.isfinite(limit) or limit < 0:
-            raise InvalidArtifactError(f"budget[{unit!r}] must be a finite number >= 0, not {limit!r}")
-        limits[values.name(unit, "a budget unit")] = limit
+        amount = _amount(limit, f"budget[{describe(unit)}]")
+        if amount < 0:
+            raise InvalidArgumentError(f"budget[{describe(unit)}] must be >= 0, not {amount}")
+        limits[values.name(unit, "a budget unit")] = amount
     return reconcile, limits
+
+
+def _amount(value: Any, what: str) -> int | float:
+    """A budget amount: a finite int or float that JSON (and every reader) carries."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidArgumentError(f"{what} takes a number, not {describe(value)}")
+    try:
+        finite = math.isfinite(float(value))
+    except OverflowError:  # an int too large for a float
+        finite = False
+    if not finite:
+        raise InvalidArgumentError(f"{what} takes a finite number no larger than a float, not {describe(value)}")
+    return int(value) if isinstance(value, int) else float(value)
 
 
 def open_session(
@@ -635,8 +651,7 @@ def open_session(
     claim the run; then settle the effects whose outcome is unknown."""
     reconcile, limits = _check_arguments(on_version_change, reconcile, budget)
     workflow = values.name(workflow, "workflow")
-    version: Any = workflow_version
-    workflow_version = values.name(str(version) if isinstance(version, int) else version, "workflow_version")
+    workflow_version = values.version(workflow_version, "workflow_version")
     recorded_provenance = run._provenance(workflow, workflow_version, values.json_object(provenance, "provenance"))
     # Compared as recorded: a secret in the provenance is recorded redacted, and is no change.
     compared = {k: v for k, v in recorded_provenance.items() if k not in ("workflow", "workflow_version")}

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pydantic
 import pydantic_core
 
-from . import codec
+from . import codec, values
 from ._names import RunNames, parse_seq
 from .backends import Backend, Match, PutMode, open_backend
 from .backends._retry import RetryingBackend
@@ -29,7 +29,9 @@ from .errors import (
     IntegrityError,
     ObjectNotFoundError,
     PreconditionFailedError,
+    StoreNotFoundError,
     UnsupportedBackendError,
+    describe,
 )
 from .keyring import UserKey, matches, parse_key, unwrap_master_key, wrap_master_key
 from .log import Run, SeenTails
@@ -210,6 +212,7 @@ class Store:
 
     def add_key(self, key: str | bytes, *, label: str = "") -> str:
         """Wrap the master key under another user key; returns the new key file's id."""
+        label = values.name(label, "a key label") if label != "" else ""
         keyfile = wrap_master_key(
             self._master_key, parse_key(key), store_id=self.config.store_id, kms_client=self._kms_client, label=label
         )
@@ -229,10 +232,13 @@ class Store:
         removal leaves its mark: that key still opens the store, but no longer counts for other
         removals until `s3ckpt key remove <id>` is run again to finish it."""
         if not isinstance(key_id, str) or not re.fullmatch(r"[0-9a-f]{16}", key_id):
-            raise ConfigurationError(f"a key id is 16 hex digits (`s3ckpt key list` shows them), not {key_id!r:.40}")
+            raise ConfigurationError(f"a key id is 16 hex digits (`s3ckpt key list` shows them), not {describe(key_id)}")
         if key_id not in {k.key_id for k in self.key_files()}:
             raise ConfigurationError(f"no key file {key_id!r} in this store; `s3ckpt key list` shows them")
         mark = f"{KEY_REMOVALS}{key_id}"
+        # Deleting the (absent) mark first proves the credentials may delete, before anything is
+        # written: a worker role, which may not, is refused here without leaving a mark behind.
+        self.backend.delete(mark)
         self.backend.put(mark, b"{}")
         try:
             being_removed = {info.key[len(KEY_REMOVALS) :] for info in self.backend.list(KEY_REMOVALS)}
@@ -396,8 +402,11 @@ def open_store(
     ``private_run_ids=True`` creates a store whose run directories are keyed digests of the run ids
     instead of the readable ids (chosen once, when the store is created; see docs/sessions.md).
     """
-    if private_run_ids is not None and not isinstance(private_run_ids, bool):
-        raise ConfigurationError(f"private_run_ids is True or False, not {private_run_ids!r:.40}")
+    _check_options(
+        private_run_ids=private_run_ids, chunker=chunker, concurrency=concurrency, inline_limit=inline_limit,
+        commit_attempts=commit_attempts, redactor=redactor, backend=backend, create=create,
+        kms_endpoint_url=kms_endpoint_url,
+    )  # fmt: skip
     user_key = parse_key(key)
     if backend is None:
         backend = open_backend(url, **backend_options)
@@ -420,7 +429,7 @@ def open_store(
     config = _load_config(backend)
     if config is None:
         if not create:
-            raise ConfigurationError(f"there is no s3ckpt store at {backend.url}; create one with `s3ckpt init`")
+            raise StoreNotFoundError(f"there is no s3ckpt store at {backend.url}; create one with `s3ckpt init`")
         if next(iter(backend.list_dirs("runs/")), None) is not None:
             # Runs exist only after a config did: creating a new store here would orphan them.
             raise IntegrityError(
@@ -446,6 +455,31 @@ def open_store(
             key="config",
         )
     return store
+
+
+def _check_options(**options: Any) -> None:
+    """The options of open_store that are not the backend's, checked before anything is opened."""
+    for name in ("private_run_ids", "create"):
+        if options[name] is not None and not isinstance(options[name], bool):
+            raise ConfigurationError(f"{name} is True or False, not {describe(options[name])}")
+    for name in ("concurrency", "commit_attempts"):
+        value = options[name]
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1024):
+            raise ConfigurationError(f"{name} is an int from 1 to 1024, not {describe(value)}")
+    limit = options["inline_limit"]
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or not 0 <= limit <= 16 << 20):
+        raise ConfigurationError(f"inline_limit is a size in bytes from 0 to 16 MiB, not {describe(limit)}")
+    if options["chunker"] is not None and not isinstance(options["chunker"], ChunkerParams):
+        raise ConfigurationError(
+            f"chunker is a s3ckpt.records.ChunkerParams(avg_size=, min_size=, max_size=), not {describe(options['chunker'])}"
+        )
+    if options["redactor"] is not None and not isinstance(options["redactor"], Redactor):
+        raise ConfigurationError(f"redactor is a s3ckpt.Redactor (or s3ckpt.NO_REDACTION), not {describe(options['redactor'])}")
+    if options["backend"] is not None and not isinstance(options["backend"], Backend):
+        raise ConfigurationError(f"backend is a s3ckpt.backends.Backend, not {describe(options['backend'])}")
+    url = options["kms_endpoint_url"]
+    if url is not None and not isinstance(url, str):
+        raise ConfigurationError(f"kms_endpoint_url is a URL string, not {describe(url)}")
 
 
 def _create(

@@ -15,7 +15,7 @@ from typing import Any, Final
 
 import pydantic
 
-from .errors import InvalidArtifactError
+from .errors import InvalidArtifactError, describe
 
 #: Containers nested in one value (a list in a dict is two levels).
 MAX_DEPTH: Final = 100
@@ -109,8 +109,8 @@ def json_value(value: Any, what: str) -> Any:
             for key, child in item.items():
                 if not isinstance(key, str):
                     raise _refuse(
-                        f"{_where(path, what)} has the key {key!r} of type {type(key).__name__}; JSON keys are strings, "
-                        "so it would come back as a different key"
+                        f"{_where(path, what)} has the key {describe(key)} of type {type(key).__name__}; JSON keys are "
+                        "strings, so it would come back as a different key"
                     )
                 key = _string(key, path, what)
                 copy[key] = None
@@ -142,7 +142,14 @@ def json_object(value: Any, what: str) -> dict[str, Any]:
 def name(value: Any, what: str) -> str:
     """A name that becomes part of a position or key: a non-empty str of at most MAX_NAME_CHARS."""
     if not isinstance(value, str) or not value:
-        raise InvalidArtifactError(f"{what} must be a non-empty str, not {value!r:.80}")
+        raise InvalidArtifactError(f"{what} must be a non-empty str, not {describe(value)}")
     if len(value) > MAX_NAME_CHARS:
         raise InvalidArtifactError(f"{what} is {len(value)} characters long; the limit is {MAX_NAME_CHARS}")
     return _string(value, None, what)
+
+
+def version(value: Any, what: str) -> str:
+    """A workflow name or version as recorded: a name, or an int taken as its decimal text."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) < 10**18:
+        return str(value)
+    return name(value, what)

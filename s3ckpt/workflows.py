@@ -13,7 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from .errors import ConfigurationError, IncompatibleSchemaError
+from . import values
+from .errors import ConfigurationError, IncompatibleSchemaError, InvalidArgumentError, describe
 
 if TYPE_CHECKING:
     from .checkpoint import Checkpoint
@@ -48,7 +49,7 @@ class VersionChange:
         parts = []
         if self.version_changed:
             parts.append(f"workflow {self.workflow!r} version {self.from_version!r} -> {self.to_version!r}")
-        parts += [f"{k}: {old!r} -> {new!r}" for k, (old, new) in sorted(self.provenance.items())]
+        parts += [f"{k}: {describe(old)} -> {describe(new)}" for k, (old, new) in sorted(self.provenance.items())]
         return "; ".join(parts) or "no change"
 
 
@@ -76,7 +77,8 @@ class WorkflowMigrations:
         self._lock = threading.Lock()
 
     def register(self, workflow: str, from_version: str, to_version: str, fn: StateMigration) -> None:
-        from_version, to_version = str(from_version), str(to_version)
+        workflow = values.name(workflow, "workflow")
+        from_version, to_version = (values.version(v, "a workflow version") for v in (from_version, to_version))
         if from_version == to_version:
             raise ConfigurationError(f"a migration must change the version, not {from_version!r} -> {to_version!r}")
         if not callable(fn):
@@ -123,7 +125,7 @@ class WorkflowMigrations:
                 state = fn(state)
             except Exception as exc:
                 raise IncompatibleSchemaError(
-                    f"migration of workflow {workflow!r} from {from_v!r} to {to_v!r} failed: {exc!r}",
+                    f"migration of workflow {workflow!r} from {from_v!r} to {to_v!r} failed: {describe(exc)}",
                     found=from_v,
                     supported=to_v,
                 ) from exc
@@ -145,7 +147,7 @@ def resolve(
     ``accept``: resume as recorded. The change, if any, is on ``checkpoint.version_change``.
     """
     if on_version_change not in POLICIES:
-        raise ConfigurationError(f"on_version_change must be one of {', '.join(POLICIES)}, not {on_version_change!r}")
+        raise InvalidArgumentError(f"on_version_change must be one of {', '.join(POLICIES)}, not {describe(on_version_change)}")
     change = compare(
         checkpoint.provenance, workflow_version=None if workflow_version is None else str(workflow_version),
         provenance=provenance or {},

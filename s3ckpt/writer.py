@@ -25,9 +25,11 @@ from .errors import (
     ConflictError,
     FencedError,
     IntegrityError,
+    InvalidArgumentError,
     InvalidArtifactError,
     PreconditionFailedError,
     RunDeletedError,
+    describe,
 )
 from .records import (
     HEAD_SCHEMA_VERSION,
@@ -118,6 +120,8 @@ class Writer:
         base: Mapping[str, Manifest] | None = None,
     ) -> Checkpoint:
         """``base``: the artifacts to start from instead of the parent's (a rollback's target)."""
+        if ledger is not None and not isinstance(ledger, Ledger):
+            raise InvalidArgumentError(f"ledger is a s3ckpt.Ledger (sessions write it), not {describe(ledger)}")
         with self._lock:
             if self._stopped is not None:
                 raise self._stopped

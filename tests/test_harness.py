@@ -305,16 +305,3 @@ def test_a_zombie_session_is_fenced_by_a_newer_resume_under_faults(tmp_path: Pat
     assert world.deliveries() == []  # fenced before the intent: nothing sent
     with pytest.raises(s3ckpt.FencedError):
         zombie.step("c", lambda: 3)
-
-
-def test_the_user_example_in_docs_testing_runs(tmp_path: Path) -> None:
-    """docs/testing.md shows examples/test_refund_workflow.py: it must pass as a user would run it."""
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(REPO / "examples" / "test_refund_workflow.py")],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
-    assert "5 passed" in result.stdout

@@ -116,7 +116,7 @@ def _assert_missing_record(action: object, key: str) -> None:
     assert exc.key == key
     message = str(exc)
     assert "missing" in message
-    assert "s3ckpt verify" in message
+    assert "from a backup" in message
     assert f"seq {int(key.rsplit('/', 1)[-1])}" in message
 
 

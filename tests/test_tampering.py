@@ -120,7 +120,7 @@ def _latest_is(store: s3ckpt.Store, expected: s3ckpt.Checkpoint) -> None:
     assert (got.seq, got.state) == (expected.seq, expected.state)
 
 
-VERIFY = "s3ckpt verify"
+VERIFY = "from a backup"
 
 
 # -- commit records --------------------------------------------------------------------------

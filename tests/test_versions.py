@@ -83,7 +83,7 @@ def test_invalidate_and_accept_policies() -> None:
     same = store.run("r").latest(workflow_version="1", on_version_change="invalidate")
     assert same is not None
     assert same.version_change is None
-    with pytest.raises(s3ckpt.ConfigurationError):
+    with pytest.raises(s3ckpt.InvalidArgumentError):
         store.run("r").latest(workflow_version="2", on_version_change="ignore")  # type: ignore[arg-type]
 
 

@@ -61,6 +61,7 @@ from .. import codec
 from .._names import encode_run_id, parse_seq
 from ..blobs import Upload
 from ..errors import (
+    DAMAGE_FIX,
     ConflictError,
     FencedError,
     IntegrityError,
@@ -458,7 +459,7 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
         before = lg.digests.get(seq - 1)
         if before is not None and record.prev != before:
             raise IntegrityError(
-                f"run {lg.run.run_id!r}: record {seq} does not chain to the record before it; run `s3ckpt verify`",
+                f"run {lg.run.run_id!r}: record {seq} does not chain to the record before it; {DAMAGE_FIX}",
                 key=lg.run._log_key(seq),
             )
         lg.tail = entry

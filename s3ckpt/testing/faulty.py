@@ -39,6 +39,7 @@ class FaultyBackend(Backend):
         seed: int = 0,
         faults: tuple[str, ...] = FAULTS,
         slow_seconds: float = 0.01,
+        max_streak: int = 4,
     ) -> None:
         unknown = set(faults) - set(FAULTS)
         if unknown:
@@ -55,6 +56,10 @@ class FaultyBackend(Backend):
         self.enabled = True
         self._planned: str | None = None
         self._planned_left: int | None = 0
+        #: Random faults never fail one operation more than this many times in a row, fewer than the
+        #: store's retry layer tries (8): what a test proves then never hinges on an unlucky streak.
+        self.max_streak = max_streak
+        self._streak: Counter[str] = Counter()
 
     def fail_next(self, fault: str, times: int | None = 1) -> None:
         """Fail the next ``times`` operations with ``fault`` (every operation when None), whatever
@@ -70,7 +75,7 @@ class FaultyBackend(Backend):
         with self._lock:
             self._planned, self._planned_left = None, 0
 
-    def _fault(self, write: bool) -> str | None:
+    def _fault(self, write: bool, what: str) -> str | None:
         with self._lock:
             self.operations += 1
             if self._planned is not None and (self._planned_left is None or self._planned_left > 0):
@@ -79,11 +84,17 @@ class FaultyBackend(Backend):
                 self.injected[self._planned] += 1
                 return self._planned
             if not self.enabled or self._rng.random() >= self.rate:
+                self._streak.pop(what, None)
                 return None
             choices = [f for f in self.faults if write or f != "timeout-after-write"]
             if not choices:
                 return None
             fault = self._rng.choice(choices)
+            if fault != "slow":  # slow is not a failure: it neither counts nor ends a streak
+                if self._streak[what] >= self.max_streak:
+                    self._streak.pop(what, None)
+                    return None
+                self._streak[what] += 1
             self.injected[fault] += 1
             return fault
 
@@ -98,7 +109,7 @@ class FaultyBackend(Backend):
             time.sleep(self.slow_seconds)
 
     def _call(self, write: bool, what: str, operation: Callable[[], T]) -> T:
-        fault = self._fault(write)
+        fault = self._fault(write, what)
         self._before(fault, what)
         try:
             result = operation()

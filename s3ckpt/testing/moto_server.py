@@ -148,11 +148,11 @@ class MotoServer:
                     self.log.faults[fault] += 1
             if fault is not None and fault.startswith("before"):
                 environ["wsgi.input"].read(length)
-                return _error(start_response, fault)
+                return _error(start_response, fault, head=info.method == "HEAD")
             if fault is not None:  # "after": let the request land, then lose the response
                 for _ in app(environ, lambda *a, **k: None):
                     pass
-                return _error(start_response, fault)
+                return _error(start_response, fault, head=info.method == "HEAD")
             captured: dict[str, Any] = {}
 
             def counting_start(status: str, headers: list[tuple[str, str]], *rest: Any) -> Any:
@@ -167,9 +167,9 @@ class MotoServer:
         return middleware
 
 
-def _error(start_response: Callable[..., Any], fault: Fault) -> list[bytes]:
+def _error(start_response: Callable[..., Any], fault: Fault, *, head: bool = False) -> list[bytes]:
     status, code, message = _ERROR_BODY[fault]
     body = (f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code><Message>{message}</Message></Error>').encode()
     reasons = {500: "Internal Server Error", 503: "Service Unavailable", 409: "Conflict"}
     start_response(f"{status} {reasons[status]}", [("Content-Type", "application/xml"), ("Content-Length", str(len(body)))])
-    return [body]
+    return [] if head else [body]  # a HEAD response has no body (one would corrupt the next on the connection)
