@@ -129,9 +129,13 @@ def _message(exc: BaseException) -> str:
     return " ".join(text.split())  # one line, whatever the message held
 
 
-def _printable(text: str) -> str:
-    # Run ids and paths may hold lone surrogates (undecodable argv bytes): show them escaped.
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+def _printable(text: str, *, lines: bool = False) -> str:
+    # Run ids and paths may hold lone surrogates (undecodable argv bytes) and control characters (an
+    # escape sequence in a run id must not drive the operator's terminal): show both escaped. Messages
+    # keep their own line breaks (``lines``).
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    kept = " \n" if lines else " "
+    return "".join(c if c.isprintable() or c in kept else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 def _print_error(exc: BaseException, code: int, *, as_json: bool) -> None:
@@ -139,7 +143,7 @@ def _print_error(exc: BaseException, code: int, *, as_json: bool) -> None:
         _print_json_error(type(exc).__name__, _message(exc), code)
     else:
         typer.secho("error:", fg="red", nl=False, err=True)
-        typer.echo(" " + _printable(_message(exc)), err=True)
+        typer.echo(" " + _printable(_message(exc), lines=True), err=True)
 
 
 def _print_json_error(kind: str, message: str, code: int) -> None:

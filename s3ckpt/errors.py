@@ -225,3 +225,8 @@ class InvalidArgumentError(S3ckptError, ValueError):
 
 class EffectSettledError(S3ckptError, ValueError):
     """An effect's outcome is already known, so it cannot be settled again without ``force``."""
+
+
+class StepMismatchError(S3ckptError, RuntimeError):
+    """A step was called again, after an attempt at it failed, with other arguments: a retry must
+    pass the same ones, and another piece of work needs its own step name."""

@@ -362,7 +362,12 @@ class Run:
             if latest is None:
                 raise IntegrityError(f"run {self.run_id!r}: checkpoint {seq} exists but the log names no latest checkpoint")
             now = latest.ledger
-            unknown = [e for k, e in now.effects.items() if k not in then.effects and e.status in _UNSETTLED]
+            # In doubt now and not already in doubt at seq: it may have happened after seq.
+            unknown = [
+                e
+                for k, e in now.effects.items()
+                if e.status in _UNSETTLED and (k not in then.effects or then.effects[k].status not in _UNSETTLED)
+            ]
             if unknown:
                 raise UnknownOutcomeError(
                     f"run {self.run_id!r}: {len(unknown)} effect(s) after seq {seq} have an unknown outcome "
@@ -374,14 +379,20 @@ class Run:
             effects: dict[str, EffectRecord] = {}
             undone: list[EffectRecord] = []
             for key, effect in now.effects.items():
-                if key not in then.effects and effect.status == "confirmed":
+                before = then.effects.get(key)
+                if effect.status == "confirmed" and (before is None or before.status != "confirmed"):
+                    # It happened after seq (even under a key seq already knew, as not sent or in doubt).
                     undone.append(effect)
                     effects[key] = effect.model_copy(update={"status": "rolled_back"})
                 else:
                     effects[key] = effect  # happened by seq (its latest outcome is the truth), or harmless
+            # A step of seq whose effects have since been rolled back (by this rollback or an earlier one)
+            # is no resume point any more: it runs again, and its effects go out as new requests.
+            undone_keys = {k for k, e in effects.items() if e.status == "rolled_back"}
+            steps = {k: s for k, s in then.steps.items() if not undone_keys.intersection(s.effects)}
             plan["undone"] = undone
             plan["ledger"] = Ledger(
-                steps=then.steps, attempts=now.attempts, effects=effects, budget=now.budget, generation=now.generation + 1
+                steps=steps, attempts=now.attempts, effects=effects, budget=now.budget, generation=now.generation + 1
             )
             return target.provenance
 
@@ -489,9 +500,12 @@ class Run:
         for _ in range(64):
             tail, head_etag = self._tail()
             parent = self._parent_of(tail)
+            # Validated (every pack it names is stored): a writer reuses its chunks by reference, and
+            # must not commit new checkpoints onto data that is gone.
+            checkpoint = None if parent is None else self._checkpoint(parent)
             claimed = provenance
             if check is not None:
-                chosen = check(None if parent is None else self._checkpoint(parent))
+                chosen = check(checkpoint)
                 claimed = chosen if chosen is not None else provenance
             seq = tail.record.seq + 1 if tail else 0
             epoch = tail.record.epoch + 1 if tail else 1

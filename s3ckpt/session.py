@@ -45,6 +45,7 @@ from .errors import (
     InvalidArgumentError,
     InvalidArtifactError,
     S3ckptError,
+    StepMismatchError,
     StepRejectedError,
     UnknownOutcomeError,
     describe,
@@ -86,7 +87,8 @@ def payload_hash(payload: Any) -> str:
 def derive_idempotency_key(store_id: str, run_id: str, position: str, kind: str, index: int) -> str:
     """The ``index``-th key of a position: the same store, run and position give the same key on
     every host and every resume, and no two stores (or runs, or positions) share one."""
-    material = "\0".join(("s3ckpt/v2 effect", store_id, run_id, position, kind, str(index))).encode()
+    # JSON, not a separator: run ids and names may contain any character, NUL included.
+    material = json.dumps(["s3ckpt/v2 effect", store_id, run_id, position, kind, index], ensure_ascii=True).encode()
     return "s3c-" + hashlib.sha256(material).hexdigest()[:40]
 
 
@@ -134,8 +136,8 @@ class Session:
         self._reconcile: Mapping[str, Reconciler] = reconcile if reconcile is not None else {}
         #: scope -> how many steps completed and effects confirmed there, per name (this attempt)
         self._counters: dict[str, Counter[str]] = {"": Counter()}
-        #: scope -> keys of the effects whose emit call ended in doubt or refusal there (this attempt)
-        self._ended: dict[str, set[str]] = {"": set()}
+        #: scope -> step name -> the arguments of its last failed call there (this attempt)
+        self._failed_calls: dict[str, dict[str, str | None]] = {"": {}}
         self._scopes: list[str] = [""]
         self._emitted: list[list[str]] = [[]]
         self._stopped: S3ckptError | None = None
@@ -182,11 +184,22 @@ class Session:
         if recorded is not None:
             counters["step " + name] += 1
             return _decode_result(recorded, fn)
+        call = _fingerprint(args, kwargs)
+        failed = self._failed_calls[scope].get(name)
+        if failed is not None and call is not None and failed != call:
+            # The position still belongs to the failed call: letting another call complete there would
+            # hand its result to the failed one on a replay (and run this one again after it).
+            self._stopped = StepMismatchError(
+                f"step {name!r} ({key}) failed with other arguments and was called again before it completed. A retry "
+                f"must pass the same arguments; other work needs its own step name (e.g. f\"{name}-{{item}}\"). The session "
+                "stopped; nothing was run."
+            )
+            raise self._stopped
         self._check_budget(f"step {name!r}")
         attempt = sum(1 for a in self._attempts if a.step == key)
         # Every attempt starts its scope afresh, so it reaches the same positions as the last one.
         self._counters[key + "/"] = Counter()
-        self._ended[key + "/"] = set()
+        self._failed_calls[key + "/"] = {}
         self._scopes.append(key + "/")
         self._emitted.append([])
         _boundaries.reached("step-start", key)
@@ -199,9 +212,10 @@ class Session:
                 result_type, value = _encode_result(result, name)
         except Exception as exc:
             emitted = self._leave_scope()
+            self._failed_calls[scope][name] = call
             if not isinstance(exc, ConflictError) and self._stopped is None:
                 try:
-                    self._record_attempt(key, attempt, "error", f"{type(exc).__name__}: {exc}", emitted)
+                    self._record_attempt(key, attempt, "error", values.error_text(exc), emitted)
                 except S3ckptError as recording:  # the step's own error is the one to raise
                     log.warning("could not record the failed attempt of step %r: %s", key, recording)
             raise
@@ -210,11 +224,13 @@ class Session:
             raise
         emitted = self._leave_scope()
         if not accepted:
+            self._failed_calls[scope][name] = call
             self._record_attempt(key, attempt, "rejected", "the acceptance check returned False", emitted)
             raise StepRejectedError(
                 f"step {name!r} ({key}, attempt {attempt}) was rejected by its acceptance check; it is not a resume "
-                "point, and its attempt and effects are recorded. Retry it: a retry reaches the same effects, so what "
-                "the rejected attempt sent is not sent again."
+                "point, and its attempt and effects are recorded. Retry it with the same arguments: a retry reaches the "
+                "same effects, so what the rejected attempt sent is returned, not sent again (a retry that would send "
+                "something else there raises EffectMismatchError: emit that under another kind)."
             )
         self._steps[key] = StepRecord(
             key=key,
@@ -226,6 +242,7 @@ class Session:
             effects=tuple(emitted),
         )
         counters["step " + name] += 1
+        self._failed_calls[scope].pop(name, None)
         self._commit()
         _boundaries.reached("step-committed", key)
         _boundaries.reached("after-step", key)
@@ -266,22 +283,15 @@ class Session:
         stored_payload = self._redactor.redact(values.json_value(payload, "the payload")) if store_payload else None
         content = (target_value, digest)
 
-        while True:
-            position = f"{scope}{_escape(kind)}#{counters['effect ' + kind]}"
-            latest = self._latest_at(position, caller_key)
-            if latest is not None and latest.status in UNSETTLED:
-                latest = self._settle_in_session(latest)
-            if latest is None or latest.status != "confirmed":
-                break
+        position = f"{scope}{_escape(kind)}#{counters['effect ' + kind]}"
+        latest = self._latest_at(position, caller_key)
+        if latest is not None and latest.status in UNSETTLED:
+            latest = self._settle_in_session(latest)
+        if latest is not None and latest.status == "confirmed":
             if (latest.target, latest.payload_hash) == content:
                 counters["effect " + kind] += 1
                 self._emitted[-1].append(latest.idempotency_key)
                 return latest.reference
-            if latest.idempotency_key in self._ended[scope] and latest.idempotency_key != caller_key:
-                # An earlier call here ended in doubt and its effect happened after all: that call had the
-                # position, this one has the next (as a replay, where that call returns, will give it).
-                counters["effect " + kind] += 1
-                continue
             refused = self._refused_at(position, content)
             if refused is not None:
                 # A replay: this effect was refused here (or not sent), then another one took the position.
@@ -290,11 +300,11 @@ class Session:
                     "position; replayed, not sent again"
                 )
             self._stopped = EffectMismatchError(
-                f"effect {kind!r} at {position} (idempotency key {latest.idempotency_key}) was sent to "
-                f"{json.dumps(latest.target)[:80]} with payload {latest.payload_hash} and is now emitted to "
-                f"{json.dumps(target_value)[:80]} with {digest}: the code or its inputs changed under an effect that "
-                "happened. The session stopped; nothing was sent. Give the new effect its own kind or "
-                "idempotency_key, or roll the run back."
+                f"effect {kind!r} at {position} (idempotency key {latest.idempotency_key}) happened, sent to "
+                f"{json.dumps(latest.target)[:80]} with payload {latest.payload_hash}, and is now emitted to "
+                f"{json.dumps(target_value)[:80]} with {digest}: either the code or its inputs changed under an effect "
+                "that happened, or an earlier emit here raised and is being retried with other content. The session "
+                "stopped; nothing was sent. Emit a new effect under another kind, or roll the run back."
             )
             raise self._stopped
         if latest is not None and latest.status == "rolled_back" and caller_key == latest.idempotency_key:
@@ -352,8 +362,7 @@ class Session:
         except Exception as exc:
             failed = isinstance(exc, (EffectFailedError, *failed_types))
             status: Any = "failed" if failed else "unknown"
-            error = self._redactor.redact_text(f"{type(exc).__name__}: {exc}")
-            self._ended[scope].add(recorded_key)
+            error = self._redactor.redact_text(values.error_text(exc))
             self._settle(recorded_key, status, error=error, by="send")
             raise
         try:
@@ -361,7 +370,6 @@ class Session:
         except InvalidArtifactError as exc:
             # The provider acted, but what it returned cannot be recorded: the outcome stays visibly
             # unknown (a reconciler decides it), never confirmed with a reference that is not the real one.
-            self._ended[scope].add(recorded_key)
             self._settle(recorded_key, "unknown", error=f"send returned a reference that cannot be stored: {exc}", by="send")
             raise
         self._settle(recorded_key, "confirmed", reference=reference, by="send")
@@ -431,12 +439,9 @@ class Session:
         return emitted
 
     def _latest_at(self, position: str, caller_key: str | None) -> EffectRecord | None:
-        """The effect that decides what an emit at ``position`` does: the one recorded under the
-        caller's key if there is one, else the newest at the position."""
-        if caller_key is not None:
-            found = self._effects.get(caller_key)
-            if found is not None:
-                return found
+        """The effect that decides what an emit at ``position`` does. The position first: one in doubt
+        there, else one that happened there. Then the caller's key, when it names an effect elsewhere
+        (the same key used at another position is the same effect). Else the newest at the position."""
         here = [self._effects[key] for key in self._keys_at.get(position, ())]
         # A position holds at most one effect in doubt and, apart from rolled-back ones, at most one that
         # happened (an emit settles the first before it tries again, and stops at the second); the
@@ -445,6 +450,8 @@ class Session:
             deciding = [effect for effect in here if effect.status in wanted]
             if deciding:
                 return deciding[-1]
+        if caller_key is not None and caller_key in self._effects:
+            return self._effects[caller_key]
         return here[-1] if here else None
 
     def _settle_in_session(self, effect: EffectRecord) -> EffectRecord:
@@ -543,6 +550,16 @@ class Session:
         return checkpoint
 
 
+def _fingerprint(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    """What a step was called with, when that is JSON (None when it is not: the call is then taken for
+    a retry of the last one, which never sends an effect twice)."""
+    try:
+        value = values.json_value([list(args), kwargs], "a step's arguments")
+    except InvalidArtifactError:
+        return None
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
+
+
 def _content_slot(position: str, content: tuple[Any, str]) -> str:
     """The scope and kind of a position (``<scope><kind>#<n>`` without ``#<n>``), with the content."""
     target, digest = content
@@ -590,7 +607,17 @@ def _decode_result(step: StepRecord, fn: Callable[..., Any]) -> Any:
     if step.result_type == "model":
         model = _return_model(fn)
         if model is not None:
-            return model.model_validate(step.result)
+            try:
+                return model.model_validate(step.result)
+            except pydantic.ValidationError as exc:
+                raise IncompatibleSchemaError(
+                    f"step {step.key}'s recorded result no longer fits {model.__name__} "
+                    f"({exc.error_count()} error(s), first: {exc.errors()[0]['msg']}): the model changed since it ran. "
+                    "Resume with on_version_change='invalidate' to run the steps again, register a migration, or "
+                    "keep the model compatible (new fields with defaults).",
+                    found=step.key,
+                    supported=model.__name__,
+                ) from None
     return step.result
 
 
@@ -661,6 +688,9 @@ def open_session(
         """Runs on the checkpoint the claim will follow, before the claim is written."""
         checkpoint, reset_steps = parent, False
         if parent is not None:
+            # Read (and so validate) the ledger now: damage, and effects in doubt that nobody here can
+            # decide, are refused before the claim fences a worker that may be inside their send.
+            _refuse_undecidable(run.run_id, parent.ledger, reconcile)
             recorded_workflow = parent.provenance.get("workflow")
             if recorded_workflow is not None and recorded_workflow != workflow:
                 raise IncompatibleSchemaError(
@@ -692,21 +722,36 @@ def open_session(
     return session
 
 
+def _has_reconciler(reconcile: Mapping[str, Reconciler] | None, kind: str) -> bool:
+    try:
+        (reconcile if reconcile is not None else {})[kind]  # not .get(): a defaultdict answers only through []
+    except KeyError:
+        return False
+    return True
+
+
+def _unknown_outcome(run_id: str, left: list[EffectRecord]) -> UnknownOutcomeError:
+    kinds = sorted({e.kind for e in left})
+    return UnknownOutcomeError(
+        f"run {run_id!r} has {len(left)} effect(s) whose outcome is unknown, and nothing was sent:\n  "
+        + "\n  ".join(_describe(e) for e in left)
+        + f"\nResume with reconcile={{{', '.join(repr(k) + ': fn' for k in kinds)}}} (fn(effect) returns the provider's "
+        "reference if it happened, None if not), or settle each with `s3ckpt resolve RUN KEY --sent REF | --not-sent`.",
+        effects=left,
+    )
+
+
+def _refuse_undecidable(run_id: str, ledger: Ledger, reconcile: Mapping[str, Reconciler] | None) -> None:
+    left = [e for e in ledger.effects.values() if e.status in UNSETTLED and not _has_reconciler(reconcile, e.kind)]
+    if left:
+        raise _unknown_outcome(run_id, left)
+
+
 def _reconcile_at_resume(session: Session) -> None:
     """Ask the reconcilers about every effect with an intent and no outcome; raise for the rest."""
     for effect in [e for e in session.effects if e.status in UNSETTLED]:
-        try:
-            decide = session._reconcile[effect.kind]
-        except KeyError:
-            continue
-        _reconcile_one(session, effect, decide)
+        if _has_reconciler(session._reconcile, effect.kind):
+            _reconcile_one(session, effect, session._reconcile[effect.kind])
     left = [e for e in session.effects if e.status in UNSETTLED]
     if left:
-        kinds = sorted({e.kind for e in left})
-        raise UnknownOutcomeError(
-            f"run {session.run_id!r} has {len(left)} effect(s) whose outcome is unknown, and nothing was sent:\n  "
-            + "\n  ".join(_describe(e) for e in left)
-            + f"\nResume with reconcile={{{', '.join(repr(k) + ': fn' for k in kinds)}}} (fn(effect) returns the provider's "
-            "reference if it happened, None if not), or settle each with `s3ckpt resolve RUN KEY --sent REF | --not-sent`.",
-            effects=left,
-        )
+        raise _unknown_outcome(session.run_id, left)

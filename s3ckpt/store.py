@@ -33,7 +33,7 @@ from .errors import (
     UnsupportedBackendError,
     describe,
 )
-from .keyring import UserKey, matches, parse_key, unwrap_master_key, wrap_master_key
+from .keyring import PassphraseKey, UserKey, matches, parse_key, unwrap_master_key, wrap_master_key
 from .log import Run, SeenTails
 from .records import (
     FORMAT_VERSION,
@@ -225,8 +225,8 @@ class Store:
     def remove_key(self, key_id: str) -> None:
         """Remove a key file; never the last one, however many removals run at once.
 
-        A removal marks its key (``key-removals/<id>``) before it looks at the others, and counts only
-        key files that no removal has marked. Of two removals racing for the last two keys, the one
+        A removal marks its key (``key-removals/<id>/<random>``) before it looks at the others, and
+        counts only key files that no removal has marked. Of two removals racing for the last two keys, the one
         that looks second sees the other's mark (or its key file already gone) and refuses; storage
         that is read-after-write consistent (S3, a local directory) is all this needs. An interrupted
         removal leaves its mark: that key still opens the store, but no longer counts for other
@@ -235,13 +235,14 @@ class Store:
             raise ConfigurationError(f"a key id is 16 hex digits (`s3ckpt key list` shows them), not {describe(key_id)}")
         if key_id not in {k.key_id for k in self.key_files()}:
             raise ConfigurationError(f"no key file {key_id!r} in this store; `s3ckpt key list` shows them")
-        mark = f"{KEY_REMOVALS}{key_id}"
-        # Deleting the (absent) mark first proves the credentials may delete, before anything is
-        # written: a worker role, which may not, is refused here without leaving a mark behind.
+        # One mark per removal, so that one removal never takes away another's (two removals of the
+        # same key, a retried command, ...). Deleting it while it is absent proves the credentials may
+        # delete before anything is written: a worker role is refused here, leaving nothing behind.
+        mark = f"{KEY_REMOVALS}{key_id}/{secrets.token_hex(8)}"
         self.backend.delete(mark)
         self.backend.put(mark, b"{}")
         try:
-            being_removed = {info.key[len(KEY_REMOVALS) :] for info in self.backend.list(KEY_REMOVALS)}
+            being_removed = {info.key[len(KEY_REMOVALS) :].split("/", 1)[0] for info in self.backend.list(KEY_REMOVALS)}
             others = [k.key_id for k in self.key_files() if k.key_id != key_id and k.key_id not in being_removed]
             if not others:
                 busy = sorted(being_removed - {key_id})
@@ -275,12 +276,21 @@ def _where(backend: Backend, key: str) -> str:
     return f"{backend.url.rstrip('/')}/{key}"
 
 
+#: A config or key file is a few hundred bytes; anything much larger is not one, and is not read
+#: whole (a planted 200 MB file would otherwise cost every open its size in memory).
+_SMALL_OBJECT = 64 << 10
+#: Passphrase key files tried at most per open (scrypt costs up to a second or more each).
+_MAX_PASSPHRASE_FILES = 16
+
+
 def _load_config(backend: Backend) -> StoreConfig | None:
     try:
-        raw = backend.get("config").data
+        raw = backend.get_range("config", 0, _SMALL_OBJECT + 1)
     except ObjectNotFoundError:
         return None
     invalid = f"{_where(backend, 'config')} is not a valid s3ckpt config"
+    if len(raw) > _SMALL_OBJECT:
+        raise IntegrityError(f"{invalid}: it is over {_SMALL_OBJECT} bytes; restore it from a backup", key="config")
     try:
         version = pydantic.TypeAdapter(dict[str, Any]).validate_json(raw).get("version")
     except pydantic.ValidationError:
@@ -303,6 +313,9 @@ def _load_keyfiles(backend: Backend, store_id: str | None, *, newer: list[int] |
     are appended to ``newer``, so a failure to open can say "upgrade" instead of "wrong key"."""
     found = []
     for info in backend.list("keys/"):
+        if info.size > _SMALL_OBJECT:
+            log.warning("ignoring %s: %d bytes is not a key file", info.key, info.size)
+            continue
         try:
             raw = backend.get(info.key).data
         except ObjectNotFoundError:  # removed since the listing
@@ -348,13 +361,20 @@ def _unwrap(backend: Backend, config: StoreConfig, user_key: UserKey, kms: Calla
     every = [k for k in _load_keyfiles(backend, None, newer=newer) if matches(k, user_key)]
     candidates = [k for k in every if k.store_id == config.store_id]
     if not candidates and every:
-        # Key files for this key exist, but for another store id: the config is not the one they
-        # were made with. Saying "wrong key" would send the operator looking in the wrong place.
-        raise IntegrityError(
-            f"{_where(backend, 'config')} names store {config.store_id}, but the key files for this key belong "
-            f"to store {every[0].store_id}: the config was replaced. Restore it from a backup.",
-            key="config",
+        # Key files for this key exist, but for another store id. Usually the key is not this store's:
+        # a key file left behind by an interrupted or lost creation of a store at this URL. Rarely the
+        # config was replaced. Restoring a healthy config on a guess would be the worse mistake.
+        raise DecryptionError(
+            f"this key does not open the store at {backend.url}: its key file belongs to store {every[0].store_id}, "
+            f"and the config names store {config.store_id}. Most likely the key is another store's, or its key file "
+            "was left by an interrupted or lost store creation here: use the key this store was opened with. Only if "
+            "this very key opened this store before was the config replaced; then restore the config from a backup."
         )
+    if isinstance(user_key, PassphraseKey) and len(candidates) > _MAX_PASSPHRASE_FILES:
+        log.warning(
+            "%d passphrase key files; trying %d (remove those no longer used)", len(candidates), _MAX_PASSPHRASE_FILES
+        )
+        candidates = candidates[:_MAX_PASSPHRASE_FILES]
     refusals: list[str] = []
     for keyfile in candidates:
         try:

@@ -58,15 +58,18 @@ def _refuse(message: str) -> InvalidArtifactError:
 
 
 def _string(text: str, path: Path, what: str) -> str:
-    if len(text) > MAX_STRING_BYTES // 4:  # cheap bound first: a code point is at most 4 bytes
-        size = len(text.encode("utf-8", "surrogatepass"))
+    # The plain str underneath, whatever a subclass's methods say (str.__str__ and str.encode, not
+    # text.encode: a subclass may override them).
+    plain = str.__str__(text) if type(text) is not str else text
+    if len(plain) > MAX_STRING_BYTES // 4:  # cheap bound first: a code point is at most 4 bytes
+        size = len(str.encode(plain, "utf-8", "surrogatepass"))
         if size > MAX_STRING_BYTES:
             raise _refuse(f"{_where(path, what)} is a string of {size} bytes, over the limit of {MAX_STRING_BYTES}")
     try:
-        text.encode("utf-8")
+        str.encode(plain, "utf-8")
     except UnicodeEncodeError as exc:
         raise _refuse(f"{_where(path, what)} is not valid Unicode text (a lone surrogate at {exc.start})") from None
-    return str.__str__(text) if type(text) is not str else text
+    return plain
 
 
 def _scalar(value: Any, path: Path, what: str) -> Any:
@@ -77,12 +80,12 @@ def _scalar(value: Any, path: Path, what: str) -> Any:
     if isinstance(value, bool):  # a bool subclass is still a bool
         return bool(value)
     if isinstance(value, int):
-        number = int(value)
+        number = int.__int__(value)  # the value itself, not what a subclass's __int__ claims
         # Bits first: str() of a huge int is slow, and CPython refuses it past 4300 digits.
         if number.bit_length() > MAX_INT_DIGITS * 3.33 or len(str(abs(number))) > MAX_INT_DIGITS:
             raise _refuse(f"{_where(path, what)} is an integer of more than {MAX_INT_DIGITS} digits")
         return number
-    real = float(value)
+    real = float.__float__(value) if isinstance(value, float) else float(value)
     if real != real or real in (float("inf"), float("-inf")):
         raise _refuse(f"{_where(path, what)} is {real}, which JSON cannot carry")
     return real
@@ -97,7 +100,10 @@ def json_value(value: Any, what: str) -> Any:
     while stack:
         item, parent, slot, path, depth = stack.pop()
         if isinstance(item, pydantic.BaseModel):
-            item = item.model_dump(mode="json")
+            try:
+                item = item.model_dump(mode="json")
+            except Exception as exc:  # noqa: BLE001 - a model's own serializers may raise anything
+                raise _refuse(f"{_where(path, what)} is a {type(item).__name__} whose dump fails ({describe(exc)})") from None
         if isinstance(item, _SCALARS):
             parent[slot] = _scalar(item, path, what)
             continue
@@ -113,6 +119,8 @@ def json_value(value: Any, what: str) -> Any:
                         "strings, so it would come back as a different key"
                     )
                 key = _string(key, path, what)
+                if key in copy:  # two keys that a subclass's __eq__/__hash__ told apart, or the reverse
+                    raise _refuse(f"{_where(path, what)} has the key {describe(key)} twice")
                 copy[key] = None
                 stack.append((child, copy, key, (path, key), depth + 1))
             continue
@@ -132,7 +140,7 @@ def json_object(value: Any, what: str) -> dict[str, Any]:
     if value is None:
         return {}
     if isinstance(value, pydantic.BaseModel):
-        value = value.model_dump(mode="json")
+        value = json_value(value, what)
     if not isinstance(value, dict):
         raise InvalidArtifactError(f"{what} must be a dict with str keys, not {type(value).__name__}")
     out: dict[str, Any] = json_value(value, what)
@@ -153,3 +161,14 @@ def version(value: Any, what: str) -> str:
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) < 10**18:
         return str(value)
     return name(value, what)
+
+
+def error_text(exc: BaseException, *, limit: int = 4096) -> str:
+    """What an exception says, for a record: always valid text (lone surrogates escaped), bounded,
+    and never an exception of its own (a ``__str__`` that raises is described instead)."""
+    try:
+        text = f"{type(exc).__name__}: {exc}"
+    except Exception:  # noqa: BLE001 - whatever the caller's __str__ raises
+        text = f"{type(exc).__name__}: {describe(exc)}"
+    text = str.encode(text, "utf-8", "backslashreplace").decode("utf-8")
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -107,20 +107,28 @@ def _store_with_keys(name: str, n: int) -> tuple[list[str], list[str]]:
     return keys, ids
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     n=st.integers(2, 3),
+    removals=st.integers(2, 4),
     targets=st.data(),
-    order=st.lists(st.integers(0, 2), max_size=60),
+    # Bursts: thread i makes its next k requests. Races between removals need one to run a stretch
+    # while another is paused in the middle, which bursts reach far more often than single steps.
+    order=st.lists(st.tuples(st.integers(0, 3), st.integers(1, 12)), max_size=12).map(
+        lambda bursts: [i for i, k in bursts for _ in range(k)]
+    ),
 )
-def test_no_interleaving_of_removals_removes_the_last_key(n: int, targets: st.DataObject, order: list[int]) -> None:
+def test_no_interleaving_of_removals_removes_the_last_key(
+    n: int, removals: int, targets: st.DataObject, order: list[int]
+) -> None:
     name = f"keys-{uuid.uuid4().hex}"
     keys, ids = _store_with_keys(name, n)
-    # Each removal removes some key (often every key at once, the case that must fail safe).
-    removing = [targets.draw(st.sampled_from(ids), label=f"removal {i}") for i in range(n)]
-    turnstile = Turnstile(MemoryBackend(name), [o % n for o in order])
-    stores = [s3ckpt.open_store(key=keys[i], backend=turnstile) for i in range(n)]
-    outcomes: list[str] = ["?"] * n
+    # Each removal removes some key: often every key at once, and sometimes one key twice (a retried
+    # command), the cases that must fail safe.
+    removing = [targets.draw(st.sampled_from(ids), label=f"removal {i}") for i in range(removals)]
+    turnstile = Turnstile(MemoryBackend(name), [o % removals for o in order])
+    stores = [s3ckpt.open_store(key=keys[i % n], backend=turnstile) for i in range(removals)]
+    outcomes: list[str] = ["?"] * removals
 
     def remove(i: int) -> None:
         turnstile.enter(i)
@@ -132,7 +140,7 @@ def test_no_interleaving_of_removals_removes_the_last_key(n: int, targets: st.Da
         finally:
             turnstile.leave()
 
-    threads = [threading.Thread(target=remove, args=(i,)) for i in range(n)]
+    threads = [threading.Thread(target=remove, args=(i,)) for i in range(removals)]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -150,6 +158,44 @@ def test_no_interleaving_of_removals_removes_the_last_key(n: int, targets: st.Da
                 assert target not in files
             else:  # the last key, or one another removal already took
                 assert "last key" in outcome or "no key file" in outcome, outcome
+    finally:
+        for store in stores:
+            store.close()
+        MemoryBackend.wipe(name)
+
+
+def test_a_retried_removal_never_takes_away_another_removal_s_mark() -> None:
+    """Found by review: A removes key a and stops before deleting it; B removes key b and stops
+    before looking; C removes key a again (a retried command) and finishes. With one mark per key,
+    C's cleanup deleted A's mark, B then counted a, and both keys went."""
+    name = f"keys-{uuid.uuid4().hex}"
+    keys, ids = _store_with_keys(name, 2)
+    a, b = ids
+    # 11 requests per removal (see the trace in Turnstile): A stops after 9, B after 5.
+    order = [0] * 9 + [1] * 5 + [2] * 11 + [1] * 6 + [0] * 2
+    turnstile = Turnstile(MemoryBackend(name), order)
+    stores = [s3ckpt.open_store(key=keys[i % 2], backend=turnstile) for i in range(3)]
+    outcomes: list[str] = ["?"] * 3
+
+    def remove(i: int, key_id: str) -> None:
+        turnstile.enter(i)
+        try:
+            stores[i].remove_key(key_id)
+            outcomes[i] = "removed"
+        except s3ckpt.ConfigurationError as exc:
+            outcomes[i] = f"refused: {exc}"
+        finally:
+            turnstile.leave()
+
+    threads = [threading.Thread(target=remove, args=(i, k)) for i, k in enumerate((a, b, a))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    try:
+        files = [info.key for info in MemoryBackend(name).list("keys/")]
+        assert files, f"every key file is gone: {outcomes} {turnstile.trace}"
+        assert [t for t, _ in turnstile.trace[:14]] == [0] * 9 + [1] * 5, "the interleaving was not the one described"
     finally:
         for store in stores:
             store.close()
