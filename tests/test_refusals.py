@@ -58,6 +58,7 @@ REFUSALS: dict[str, Callable[[s3ckpt.Store, s3ckpt.Checkpoint], Any]] = {
     "a bad budget": lambda s, cp: s.resume("r", workflow="refund", workflow_version="1", budget={"usd": -1}),
     "a bad reconciler": lambda s, cp: s.resume("r", workflow="refund", workflow_version="1", reconcile={"e0": "yes"}),  # type: ignore[dict-item]
     "bad provenance": lambda s, cp: s.resume("r", workflow="refund", workflow_version="1", provenance={"x": {1, 2}}),
+    "resume with an effect in doubt and no reconciler": lambda s, cp: s.resume("r", workflow="refund", workflow_version="1"),
     "resolve a missing effect": lambda s, cp: s.run("r").resolve_effect("s3c-nope", sent=False),
     "resolve an ambiguous prefix": lambda s, cp: s.run("r").resolve_effect("s3c-", sent=False),
     "resolve a known outcome": lambda s, cp: s.run("r").resolve_effect(
@@ -85,6 +86,7 @@ def test_a_refused_call_writes_nothing_and_fences_no_one(effects: list[str], ref
         applicable = {
             "resolve a known outcome": any(e in ("confirmed", "refused") for e in effects),
             "rollback past an unknown effect": "unknown" in effects,
+            "resume with an effect in doubt and no reconciler": "unknown" in effects,
             "resolve an ambiguous prefix": len(effects) > 1,
         }.get(refusal, True)
         before = _log(name)
