@@ -128,7 +128,7 @@ class Store:
         would start over it with BudgetExceededError. ``on_version_change``: "migrate" the state
         through registered migrations, "invalidate" the completed steps (effects are kept), or
         "accept" the checkpoint as it is."""
-        from .session import open_session  # sessions are optional: import on first use
+        from .resume import open_session  # sessions are optional: import on first use
 
         return open_session(
             self.run(run_id),

@@ -11,11 +11,12 @@ nests a caller's value at most six levels deep (record, ledger, steps, step, res
 
 from __future__ import annotations
 
+import math
 from typing import Any, Final
 
 import pydantic
 
-from .errors import InvalidArtifactError, describe
+from .errors import InvalidArgumentError, InvalidArtifactError, describe
 
 #: Containers nested in one value (a list in a dict is two levels).
 MAX_DEPTH: Final = 100
@@ -172,3 +173,16 @@ def error_text(exc: BaseException, *, limit: int = 4096) -> str:
         text = f"{type(exc).__name__}: {describe(exc)}"
     text = str.encode(text, "utf-8", "backslashreplace").decode("utf-8")
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def amount(value: Any, what: str) -> int | float:
+    """A budget amount: a finite int or float that JSON (and every reader) carries."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidArgumentError(f"{what} takes a number, not {describe(value)}")
+    try:
+        finite = math.isfinite(float(value))
+    except OverflowError:  # an int too large for a float
+        finite = False
+    if not finite:
+        raise InvalidArgumentError(f"{what} takes a finite number no larger than a float, not {describe(value)}")
+    return int(value) if isinstance(value, int) else float(value)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import s3ckpt
-from s3ckpt.session import payload_hash
+from s3ckpt.effects import payload_hash
 
 BOUNDARIES = (
     "after-step",  # a top-level step returned (committed), before the emit that uses its result

@@ -224,6 +224,6 @@ def test_values_that_lie_about_themselves_are_stored_as_they_are_or_refused(stor
 
 
 def test_the_derived_key_tells_fields_apart_whatever_they_contain() -> None:
-    from s3ckpt.session import derive_idempotency_key
+    from s3ckpt.effects import derive_idempotency_key
 
     assert derive_idempotency_key("s", "a\0b", "p", "k", 0) != derive_idempotency_key("s", "a", "b\0p", "k", 0)

@@ -20,7 +20,7 @@ from s3ckpt import (
     StepRejectedError,
     UnknownOutcomeError,
 )
-from s3ckpt.session import derive_idempotency_key
+from s3ckpt.effects import derive_idempotency_key
 
 
 @pytest.fixture
