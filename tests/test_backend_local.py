@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from s3ckpt.backends import LocalBackend
 from s3ckpt.errors import AccessDeniedError, BackendError, ConfigurationError, ObjectNotFoundError, S3ckptError
-from s3ckpt.testing.backend_conformance import _observe, _Syscalls
+from s3ckpt.testing.backend_durability import _observe, _Syscalls
 
 # Directory names and file names never collide, as in a store ("runs", "log" vs record names).
 _DIRS = st.sampled_from(["runs", "packs", "keys", "log", "ab", "cd", "r1", "r2"])
