@@ -12,12 +12,25 @@ stdout:
   "barrier": DIR | null, "parties": N, "fail": [node, ...]}``: ``ainvoke(Command(resume=A))`` (the
   async API, LangGraph's default durability), at checkpoint X when given. With a barrier, the
   saver's first read waits until N workers have made theirs (all resume the same checkpoint).
-  Nodes named in ``fail`` raise. ``{"ok": final state}`` or ``{"error": class name}``.
+  Nodes named in ``fail`` raise. ``{"ok": values}`` (the final state, or where it stopped at an
+  interrupt) or ``{"error": class name}``.
+
+- ``{"op": "state", "graph": G, "thread": T}``: ``get_state`` of the thread's latest checkpoint
+  and its history: ``{"checkpoint_id", "values", "next", "history": [[id, parent id], ...]}``,
+  ``list``'s order (newest first).
+- ``{"op": "prune", "thread": T}``: ``prune([T])`` (keep_latest): ``{"ok": true}``.
 
 Graphs: ``interview``, START -> [ask, side] -> record: ``ask`` interrupts and stores the answer,
 ``side`` finishes in the first super-step. ``fan``, START -> [t1, t2] -> join, compiled with an
 interrupt before t1 and t2; t1 appends its process id to SIDE_EFFECTS_FILE (an effect that must
-happen once), t2 waits until t1 has run (on any host) and may fail.
+happen once), t2 waits until t1 has run (on any host) and may fail. ``approvals``, START -> plan ->
+approve1 -> act1 -> approve2 -> act2: each approve interrupts, each act appends ``<name> <pid>`` to
+SIDE_EFFECTS_FILE.
+
+With $LANGGRAPH_CLOCK_SKEW (seconds, may be negative), LangGraph's checkpoint ids (uuid6) are made
+from a clock that far off the host's: a host whose clock is behind.
+
+``Worker`` (used by the tests) runs this module as a child process and talks to it.
 """
 
 from __future__ import annotations
@@ -26,6 +39,7 @@ import asyncio
 import json
 import operator
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -105,6 +119,44 @@ def fan(saver: Any, effects: Path, fail: frozenset[str] = frozenset()) -> Compil
     return graph.compile(checkpointer=saver, interrupt_before=["t1", "t2"])
 
 
+class Approvals(TypedDict, total=False):
+    log: Annotated[list[str], operator.add]
+
+
+def approvals(saver: Any, effects: Path) -> CompiledStateGraph[Any]:
+    graph = StateGraph(Approvals)
+
+    def plan(state: Approvals) -> dict[str, Any]:
+        return {"log": ["planned"]}
+
+    def approve(name: str) -> Any:
+        def run(state: Approvals) -> dict[str, Any]:
+            return {"log": [f"{name}:{interrupt(name)}"]}
+
+        return run
+
+    def act(name: str) -> Any:
+        def run(state: Approvals) -> dict[str, Any]:
+            with effects.open("a") as fh:  # the side effect that must happen once
+                fh.write(f"{name} {os.getpid()}\n")
+            return {"log": [name]}
+
+        return run
+
+    graph.add_node("plan", plan)
+    graph.add_node("approve1", approve("approve1"))
+    graph.add_node("act1", act("act1"))
+    graph.add_node("approve2", approve("approve2"))
+    graph.add_node("act2", act("act2"))
+    graph.add_edge(START, "plan")
+    graph.add_edge("plan", "approve1")
+    graph.add_edge("approve1", "act1")
+    graph.add_edge("act1", "approve2")
+    graph.add_edge("approve2", "act2")
+    graph.add_edge("act2", END)
+    return graph.compile(checkpointer=saver)
+
+
 class BarrierSaver(S3ckptSaver):
     """A saver whose first read after ``arm`` waits until ``parties`` workers have read: every
     worker then resumes the same checkpoint, as hosts picking up one thread at once do."""
@@ -137,6 +189,8 @@ def _config(thread: str, checkpoint_id: str | None) -> RunnableConfig:
 
 
 def _graph(name: str, saver: S3ckptSaver, effects: Path, fail: frozenset[str] = frozenset()) -> CompiledStateGraph[Any]:
+    if name == "approvals":
+        return approvals(saver, effects)
     return interview(saver) if name == "interview" else fan(saver, effects, fail)
 
 
@@ -159,12 +213,91 @@ def handle(saver: BarrierSaver, effects: Path, cmd: dict[str, Any]) -> dict[str,
             out = asyncio.run(app.ainvoke(Command(resume=cmd["answer"]), _config(cmd["thread"], cmd.get("checkpoint_id"))))
         except Exception as exc:
             return {"error": type(exc).__name__, "message": str(exc)[:300]}
-        return {"ok": out}
+        # a graph stopped at an interrupt answers with "__interrupt__" too (not JSON): its values only
+        return {"ok": {k: v for k, v in out.items() if k != "__interrupt__"}}
+    if op == "state":
+        app = _graph(cmd["graph"], saver, effects)
+        config = _config(cmd["thread"], None)
+        state = app.get_state(config)
+        history = [
+            [t.config["configurable"]["checkpoint_id"], (t.parent_config or {}).get("configurable", {}).get("checkpoint_id")]
+            for t in saver.list(config)
+        ]
+        return {
+            "checkpoint_id": state.config["configurable"]["checkpoint_id"],
+            "values": state.values,
+            "next": list(state.next),
+            "history": history,
+        }
+    if op == "prune":
+        saver.prune([cmd["thread"]])
+        return {"ok": True}
     raise ValueError(f"unknown op {op!r}")
+
+
+def skew_checkpoint_ids(seconds: float) -> None:
+    """Make LangGraph's checkpoint ids (uuid6 of time.time_ns) from a clock ``seconds`` off."""
+    import langgraph.checkpoint.base.id as ids
+
+    real = time.time_ns
+    offset = int(seconds * 1e9)
+
+    class Clock:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(time, name)
+
+        def time_ns(self) -> int:
+            return real() + offset
+
+    ids.time = Clock()  # type: ignore[assignment]
+
+
+class Worker:
+    """A child process running this module: its own store and saver, commands on stdin."""
+
+    def __init__(self, url: str, endpoint_url: str, key: str, effects: Path, *, clock_skew: float = 0.0) -> None:
+        root = Path(__file__).resolve().parent.parent
+        env = {**os.environ, "S3CKPT_KEY": key, "PYTHONPATH": str(root), "LANGGRAPH_CLOCK_SKEW": str(clock_skew)}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.langgraph_race", url, endpoint_url, str(effects)],
+            cwd=root,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.pid = int(self._read()["ready"])
+
+    def _read(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert line, f"worker exited with {self.proc.poll()}"
+        out: dict[str, Any] = json.loads(line)
+        return out
+
+    def send(self, **cmd: Any) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+
+    def receive(self) -> dict[str, Any]:
+        return self._read()
+
+    def call(self, **cmd: Any) -> dict[str, Any]:
+        self.send(**cmd)
+        return self._read()
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
 
 
 def main() -> None:
     url, endpoint, effects = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+    skew = float(os.environ.get("LANGGRAPH_CLOCK_SKEW") or 0)
+    if skew:
+        skew_checkpoint_ids(skew)
     options: dict[str, Any] = {"endpoint_url": endpoint, "region": "us-east-1"} if endpoint else {}
     with s3ckpt.open_store(url, **options) as store:
         saver = BarrierSaver(store)

@@ -8,10 +8,6 @@ those its committed child was computed from, never the losing host's answer.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -25,9 +21,8 @@ import s3ckpt
 from s3ckpt.integrations.langgraph import S3ckptSaver
 from s3ckpt.testing.plugin import S3Bucket
 
-from .langgraph_race import interview
+from .langgraph_race import Worker, interview
 
-ROOT = Path(__file__).resolve().parent.parent
 #: LangGraph's task id for writes of no task (a Command's resume value)
 NULL_TASK_ID = "00000000-0000-0000-0000-000000000000"
 #: Concurrent resumes of one checkpoint run until the losing host's writes landed in the order that
@@ -38,53 +33,13 @@ MIN_TRIALS = 6
 MAX_TRIALS = 40
 
 
-class Worker:
-    """A child process with its own store and saver (tests/langgraph_race.py)."""
-
-    def __init__(self, bucket: S3Bucket, key: str, effects: Path) -> None:
-        env = {**os.environ, "S3CKPT_KEY": key, "PYTHONPATH": str(ROOT)}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.langgraph_race", bucket.url, bucket.endpoint_url, str(effects)],
-            cwd=ROOT,
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        self.pid = int(self._read()["ready"])
-
-    def _read(self) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        assert line, f"worker exited with {self.proc.poll()}"
-        out: dict[str, Any] = json.loads(line)
-        return out
-
-    def send(self, **cmd: Any) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(cmd) + "\n")
-        self.proc.stdin.flush()
-
-    def receive(self) -> dict[str, Any]:
-        return self._read()
-
-    def call(self, **cmd: Any) -> dict[str, Any]:
-        self.send(**cmd)
-        return self._read()
-
-    def close(self) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()
-        self.proc.wait(timeout=60)
-
-
 @pytest.fixture
 def hosts(moto_s3: S3Bucket, tmp_path: Path) -> Iterator[tuple[Worker, Worker, s3ckpt.Store, Path]]:
     key = s3ckpt.generate_key()
     effects = tmp_path / "effects"
     effects.touch()
     with s3ckpt.open_store(moto_s3.url, key=key, endpoint_url=moto_s3.endpoint_url, region="us-east-1") as store:
-        workers = [Worker(moto_s3, key, effects) for _ in range(2)]
+        workers = [Worker(moto_s3.url, moto_s3.endpoint_url, key, effects) for _ in range(2)]
         try:
             yield workers[0], workers[1], store, effects
         finally:

@@ -905,6 +905,20 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
             return None
         return lg.records[seq], self._pending(lg, checkpoint_id)
 
+    @staticmethod
+    def _latest(lg: _Log) -> str | None:
+        """The thread's latest checkpoint: the live put with the highest seq of the log (the last
+        one committed), not the largest id. Checkpoint ids are uuid6 values of the writing host's
+        clock, so a host whose clock is behind writes smaller ids after a host whose clock is not."""
+        if not lg.puts:
+            return None
+        return max(lg.puts.items(), key=lambda item: item[1])[0]
+
+    @staticmethod
+    def _newest_first(lg: _Log) -> builtins.list[str]:
+        """The live checkpoints of a run, the last committed first (log order, not id order)."""
+        return [cid for cid, _ in sorted(lg.puts.items(), key=lambda item: item[1], reverse=True)]
+
     def _tuple(self, lg: _Log, record: CommitRecord, pending: builtins.list[Any]) -> CheckpointTuple:
         state = cast(dict[str, Any], record.state)
         checkpoint = cast(Checkpoint, self._load_inline(state["checkpoint"]))
@@ -932,9 +946,9 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
             # stored writes for it (or committed its child) since.
             self._sync(lg)
             if checkpoint_id is None:
-                if not lg.puts:
+                checkpoint_id = self._latest(lg)
+                if checkpoint_id is None:
                     return None
-                checkpoint_id = max(lg.puts)
             snap = self._snapshot(lg, checkpoint_id)
         return None if snap is None else self._tuple(lg, *snap)
 
@@ -967,14 +981,19 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
             lg = self._log_of(thread_id, ns)
             with lg.commit, lg.lock:
                 self._sync(lg)
-                snaps = [self._snapshot(lg, cid) for cid in sorted(lg.puts, reverse=True)]
+                order = self._newest_first(lg)
+                if before_id is not None:
+                    # Before it in the log when the run has it; a checkpoint the run does not
+                    # have (deleted, another namespace's) can only be placed by its id.
+                    at = lg.puts.get(before_id)
+                    order = [c for c in order if (lg.puts[c] < at if at is not None else c < before_id)]
+                if wanted_id:
+                    order = [c for c in order if c == wanted_id]
+                snaps = [self._snapshot(lg, cid) for cid in order]
             for snap in snaps:
                 assert snap is not None
                 record, pending = snap
                 state = cast(dict[str, Any], record.state)
-                cid = state["id"]
-                if (wanted_id and cid != wanted_id) or (before_id and cid >= before_id):
-                    continue
                 if filter:
                     metadata = self._load_inline(state["metadata"])
                     if not all(metadata.get(k) == v for k, v in filter.items()):
@@ -1091,9 +1110,9 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
                     continue
                 with lg.commit, lg.lock:
                     self._sync(lg)
-                    if not lg.puts:
+                    latest = self._latest(lg)
+                    if latest is None:
                         continue
-                    latest = max(lg.puts)
                     keep = lg.writes.get(latest, set())
                     self._forget(lg, set(lg.records) - {lg.puts[latest]}, self._objects(lg.wobjs) - keep)
 
