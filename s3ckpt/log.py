@@ -220,7 +220,10 @@ class Run:
         if validate not in ("exists", "full"):
             raise InvalidArgumentError(f"validate must be 'exists' or 'full', not {describe(validate)}")
         where = f"run {self.run_id!r}@{record.seq}"
-        self.store.blobs.check_stored(record.artifacts, where=where, read=validate == "full")
+        manifests = dict(record.artifacts)
+        if record.ledger_manifest is not None:  # the ledger is read lazily: its data must be there too
+            manifests["(ledger)"] = record.ledger_manifest
+        self.store.blobs.check_stored(manifests, where=where, read=validate == "full")
         return Checkpoint(record, state, self.store.blobs)
 
     def latest(

@@ -17,7 +17,7 @@ from .effects import UNSETTLED, describe
 from .errors import IncompatibleSchemaError, InvalidArgumentError, UnknownOutcomeError
 from .errors import describe as describe_value
 from .records import EffectRecord, Ledger
-from .session import Reconciler, Session, _reconcile_one
+from .session import Reconciler, Session, _reconcile_one, find_reconciler
 from .workflows import POLICIES, OnVersionChange, compare, resolve
 
 if TYPE_CHECKING:
@@ -66,26 +66,25 @@ def open_session(
     workflow = values.name(workflow, "workflow")
     workflow_version = values.version(workflow_version, "workflow_version")
     recorded_provenance = run._provenance(workflow, workflow_version, values.json_object(provenance, "provenance"))
-    # Compared as recorded: a secret in the provenance is recorded redacted, and is no change.
-    compared = {k: v for k, v in recorded_provenance.items() if k not in ("workflow", "workflow_version")}
+    # Compared as recorded: a secret in the provenance (or in a workflow name) is recorded redacted,
+    # and is no change.
+    ours = {k: recorded_provenance[k] for k in ("workflow", "workflow_version")}
+    compared = {k: v for k, v in recorded_provenance.items() if k not in ours}
     plan: dict[str, Any] = {}
 
     def check(parent: Checkpoint | None) -> None:
         """Runs on the checkpoint the claim will follow, before the claim is written."""
         checkpoint, reset_steps = parent, False
         if parent is not None:
-            # Read (and so validate) the ledger now: damage, and effects in doubt that nobody here can
-            # decide, are refused before the claim fences a worker that may be inside their send.
-            _refuse_undecidable(run.run_id, parent.ledger, reconcile)
             recorded_workflow = parent.provenance.get("workflow")
-            if recorded_workflow is not None and recorded_workflow != workflow:
+            if recorded_workflow is not None and recorded_workflow != ours["workflow"]:
                 raise IncompatibleSchemaError(
                     f"run {run.run_id!r} belongs to workflow {recorded_workflow!r}, not {workflow!r}; resume it with its "
                     "own workflow, or start a new run id. Nothing was written.",
                     found=recorded_workflow,
                     supported=workflow,
                 )
-            change = compare(parent.provenance, workflow_version=workflow_version, provenance=compared)
+            change = compare(parent.provenance, workflow_version=ours["workflow_version"], provenance=compared)
             if change.any:
                 log.info("run %r resumes under a change (%s): %s", run.run_id, on_version_change, change.describe())
             if on_version_change == "invalidate" and change.any:
@@ -94,10 +93,13 @@ def open_session(
                 checkpoint = resolve(
                     parent,
                     run.store.migrations,
-                    workflow_version=workflow_version,
+                    workflow_version=ours["workflow_version"],
                     provenance=compared,
                     on_version_change=on_version_change,
                 )
+            # Read (and so validate) the ledger now: damage, and effects in doubt that nobody here can
+            # decide, are refused before the claim fences a worker that may be inside their send.
+            _refuse_undecidable(run, parent.ledger, reconcile)
         plan["checkpoint"], plan["reset_steps"] = checkpoint, reset_steps
 
     writer = run._claim(recorded_provenance, check=check)
@@ -106,14 +108,6 @@ def open_session(
     )
     _reconcile_at_resume(session)
     return session
-
-
-def _has_reconciler(reconcile: Mapping[str, Reconciler] | None, kind: str) -> bool:
-    try:
-        (reconcile if reconcile is not None else {})[kind]  # not .get(): a defaultdict answers only through []
-    except KeyError:
-        return False
-    return True
 
 
 def _unknown_outcome(run_id: str, left: list[EffectRecord]) -> UnknownOutcomeError:
@@ -127,17 +121,19 @@ def _unknown_outcome(run_id: str, left: list[EffectRecord]) -> UnknownOutcomeErr
     )
 
 
-def _refuse_undecidable(run_id: str, ledger: Ledger, reconcile: Mapping[str, Reconciler] | None) -> None:
-    left = [e for e in ledger.effects.values() if e.status in UNSETTLED and not _has_reconciler(reconcile, e.kind)]
+def _refuse_undecidable(run: Run, ledger: Ledger, reconcile: Mapping[str, Reconciler] | None) -> None:
+    answers = reconcile if reconcile is not None else {}
+    left = [e for e in ledger.effects.values() if e.status in UNSETTLED and find_reconciler(run.store, answers, e.kind) is None]
     if left:
-        raise _unknown_outcome(run_id, left)
+        raise _unknown_outcome(run.run_id, left)
 
 
 def _reconcile_at_resume(session: Session) -> None:
     """Ask the reconcilers about every effect with an intent and no outcome; raise for the rest."""
     for effect in [e for e in session.effects if e.status in UNSETTLED]:
-        if _has_reconciler(session._reconcile, effect.kind):
-            _reconcile_one(session, effect, session._reconcile[effect.kind])
+        decide = session._reconciler(effect.kind)
+        if decide is not None:
+            _reconcile_one(session, effect, decide)
     left = [e for e in session.effects if e.status in UNSETTLED]
     if left:
         raise _unknown_outcome(session.run_id, left)

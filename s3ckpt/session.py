@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from .checkpoint import Checkpoint
     from .log import Run
     from .redaction import Redactor
+    from .store import Store
     from .writer import Writer
 
 log = logging.getLogger("s3ckpt")
@@ -100,8 +101,10 @@ class Session:
         self._reconcile: Mapping[str, Reconciler] = reconcile if reconcile is not None else {}
         #: scope -> how many steps completed and effects confirmed there, per name (this attempt)
         self._counters: dict[str, Counter[str]] = {"": Counter()}
-        #: scope -> step name -> the arguments of its last failed call there (this attempt)
-        self._failed_calls: dict[str, dict[str, str | None]] = {"": {}}
+        #: scope -> step name -> what its last failed call there was called with (this attempt)
+        self._failed_calls: dict[str, dict[str, str]] = {"": {}}
+        #: scope -> keys of the effects whose emit call raised there (this attempt)
+        self._ended: dict[str, set[str]] = {"": set()}
         self._scopes: list[str] = [""]
         self._emitted: list[list[str]] = [[]]
         self._stopped: S3ckptError | None = None
@@ -147,10 +150,12 @@ class Session:
         recorded = self._steps.get(key)
         if recorded is not None:
             counters["step " + name] += 1
+            # What it caused belongs to the step around it too (a rollback of those effects drops both).
+            self._emitted[-1].extend(recorded.effects)
             return _decode_result(recorded, fn)
-        call = _fingerprint(args, kwargs)
+        call = _fingerprint(fn, args, kwargs)
         failed = self._failed_calls[scope].get(name)
-        if failed is not None and call is not None and failed != call:
+        if failed is not None and failed != call:
             # The position still belongs to the failed call: letting another call complete there would
             # hand its result to the failed one on a replay (and run this one again after it).
             self._stopped = StepMismatchError(
@@ -164,6 +169,7 @@ class Session:
         # Every attempt starts its scope afresh, so it reaches the same positions as the last one.
         self._counters[key + "/"] = Counter()
         self._failed_calls[key + "/"] = {}
+        self._ended[key + "/"] = set()
         self._scopes.append(key + "/")
         self._emitted.append([])
         _boundaries.reached("step-start", key)
@@ -176,7 +182,7 @@ class Session:
                 result_type, value = _encode_result(result, name)
         except Exception as exc:
             emitted = self._leave_scope()
-            self._failed_calls[scope][name] = call
+            self._attempt_failed(scope, name, key, fn, args, kwargs)
             if not isinstance(exc, ConflictError) and self._stopped is None:
                 try:
                     self._record_attempt(key, attempt, "error", values.error_text(exc), emitted)
@@ -185,10 +191,11 @@ class Session:
             raise
         except BaseException:
             self._leave_scope()
+            self._attempt_failed(scope, name, key, fn, args, kwargs)
             raise
         emitted = self._leave_scope()
         if not accepted:
-            self._failed_calls[scope][name] = call
+            self._attempt_failed(scope, name, key, fn, args, kwargs)
             self._record_attempt(key, attempt, "rejected", "the acceptance check returned False", emitted)
             raise StepRejectedError(
                 f"step {name!r} ({key}, attempt {attempt}) was rejected by its acceptance check; it is not a resume "
@@ -249,6 +256,18 @@ class Session:
 
         position = f"{scope}{escape(kind)}#{counters['effect ' + kind]}"
         latest = self._book.deciding(position, caller_key)
+        while (
+            latest is not None
+            and latest.status in (*UNSETTLED, "confirmed")
+            and latest.idempotency_key in self._ended[scope]
+            and latest.target != target_value
+        ):
+            # An earlier call here raised (its effect in doubt, or known since to have happened) and this
+            # one goes to another target: another effect (the next recipient of a loop). It takes the
+            # next position, as it will on a replay, where the earlier call returns or is settled first.
+            counters["effect " + kind] += 1
+            position = f"{scope}{escape(kind)}#{counters['effect ' + kind]}"
+            latest = self._book.deciding(position, caller_key)
         if latest is not None and latest.status in UNSETTLED:
             latest = self._settle_in_session(latest)
         if latest is not None and latest.status == "confirmed":
@@ -313,6 +332,7 @@ class Session:
             failed = isinstance(exc, (EffectFailedError, *failed_types))
             status: Any = "failed" if failed else "unknown"
             error = self._redactor.redact_text(values.error_text(exc))
+            self._ended[scope].add(recorded_key)
             self._settle(recorded_key, status, error=error, by="send")
             raise
         try:
@@ -320,6 +340,7 @@ class Session:
         except InvalidArtifactError as exc:
             # The provider acted, but what it returned cannot be recorded: the outcome stays visibly
             # unknown (a reconciler decides it), never confirmed with a reference that is not the real one.
+            self._ended[scope].add(recorded_key)
             self._settle(recorded_key, "unknown", error=f"send returned a reference that cannot be stored: {exc}", by="send")
             raise
         self._settle(recorded_key, "confirmed", reference=reference, by="send")
@@ -359,12 +380,7 @@ class Session:
     # -- internals -----------------------------------------------------------------------
 
     def _name(self, value: Any, what: str) -> str:
-        """A name as it is recorded (and so as positions are built): checked, then redacted. A name
-        that redaction changed carries a keyed digest of itself, so two names that differ only in a
-        secret stay two names (two steps, two effect kinds, two budget units)."""
-        raw = values.name(value, what)
-        recorded = self._redactor.redact_text(raw)
-        return recorded if recorded == raw else f"{recorded}~{self.run.store.cipher.name_digest(raw)}"
+        return recorded_name(self.run.store, values.name(value, what))
 
     def _check_running(self) -> None:
         if self._stopped is not None:
@@ -382,23 +398,37 @@ class Session:
                     limit=limit,
                 )
 
+    def _attempt_failed(
+        self, scope: str, name: str, key: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
+        """An attempt at step ``key`` ended without completing. The call is remembered as its arguments
+        are now (a body may have changed them, and a retry passes them so), and the steps the attempt
+        completed inside are dropped: a retry runs them again, as it runs the body again (what they
+        caused stays recorded, and is returned to them, not caused again). An attempt a crash cut short
+        keeps them: that is a resume, not a retry."""
+        self._failed_calls[scope][name] = _fingerprint(fn, args, kwargs)
+        for inner in [k for k in self._steps if k.startswith(key + "/")]:
+            del self._steps[inner]
+
     def _leave_scope(self) -> list[str]:
         self._scopes.pop()
         emitted = self._emitted.pop()
         self._emitted[-1].extend(emitted)
         return emitted
 
+    def _reconciler(self, kind: str) -> Reconciler | None:
+        return find_reconciler(self.run.store, self._reconcile, kind)
+
     def _settle_in_session(self, effect: EffectRecord) -> EffectRecord:
         """Decide an effect whose outcome is unknown before anything more is sent at its position."""
-        try:
-            decide = self._reconcile[effect.kind]  # not .get(): a defaultdict answers only through []
-        except KeyError:
+        decide = self._reconciler(effect.kind)
+        if decide is None:
             raise UnknownOutcomeError(
                 f"the outcome of {describe(effect)} is unknown, so nothing more is sent at that position. Give "
                 f"resume(reconcile={{{effect.kind!r}: fn}}) to decide it (fn(effect) returns the provider's reference if it "
                 "happened, None if not), or settle it with `s3ckpt resolve RUN KEY --sent REF | --not-sent`.",
                 effects=[effect],
-            ) from None
+            )
         return _reconcile_one(self, effect, decide)
 
     def _record_attempt(self, key: str, attempt: int, outcome: Any, reason: str, emitted: list[str]) -> None:
@@ -451,14 +481,54 @@ class Session:
         return checkpoint
 
 
-def _fingerprint(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
-    """What a step was called with, when that is JSON (None when it is not: the call is then taken for
-    a retry of the last one, which never sends an effect twice)."""
+def recorded_name(store: Store, raw: str) -> str:
+    """A name as it is recorded (and so as positions are built): redacted. A name that redaction
+    changed carries a keyed digest of itself, so two names that differ only in a secret stay two
+    names (two steps, two effect kinds, two budget units)."""
+    recorded = store.options.redactor.redact_text(raw)
+    return recorded if recorded == raw else f"{recorded}~{store.cipher.name_digest(raw)}"
+
+
+def find_reconciler(store: Store, reconcile: Mapping[str, Reconciler], kind: str) -> Reconciler | None:
+    """``reconcile[kind]`` for a recorded kind: the mapping is keyed by kinds as the code names them,
+    and a kind that redaction changed is recorded in another form."""
     try:
-        value = values.json_value([list(args), kwargs], "a step's arguments")
-    except InvalidArtifactError:
+        return reconcile[kind]  # not .get(): a defaultdict answers only through []
+    except KeyError:
+        pass
+    for raw in list(reconcile):
+        if isinstance(raw, str) and raw and recorded_name(store, raw) == kind:
+            return reconcile[raw]
+    return None
+
+
+def _fingerprint(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    """What a step was called with: the function's code, the values its closure and its defaults
+    hold, and the arguments, each as its JSON when it has one, else as the object itself (its identity: a retry
+    passes the same object). Cheap, and never raises whatever the values do."""
+    code = getattr(fn, "__code__", None)
+    cells = getattr(fn, "__closure__", None) or ()
+    defaults = (getattr(fn, "__defaults__", None) or (), sorted((getattr(fn, "__kwdefaults__", None) or {}).items()))
+    parts: list[Any] = [getattr(code, "co_qualname", None) or getattr(fn, "__qualname__", type(fn).__qualname__)]
+    for value in (*(_cell(cell) for cell in cells), *defaults[0], *defaults[1], *args, *sorted(kwargs.items())):
+        parts.append(_part(value))
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _cell(cell: Any) -> Any:
+    try:
+        return cell.cell_contents
+    except ValueError:  # an empty cell
         return None
-    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
+
+
+def _part(value: Any) -> Any:
+    if type(value) is str and len(value) > 4096:  # a long text argument: its digest is enough
+        return "sha256:" + hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()
+    try:
+        return values.json_value(value, "an argument")
+    except Exception:  # noqa: BLE001 - not JSON (or a container that raises): its identity
+        return f"<{type(value).__name__} at {id(value):#x}>"
 
 
 def _exception_types(failed_on: Any, kind: str) -> tuple[type[BaseException], ...]:

@@ -213,8 +213,15 @@ class Store:
     def add_key(self, key: str | bytes, *, label: str = "") -> str:
         """Wrap the master key under another user key; returns the new key file's id."""
         label = values.name(label, "a key label") if label != "" else ""
+        user_key = parse_key(key)
+        passphrases = sum(k.kind == "passphrase" for k in self.key_files())
+        if isinstance(user_key, PassphraseKey) and passphrases >= _MAX_PASSPHRASE_FILES:
+            raise ConfigurationError(
+                f"the store already has {_MAX_PASSPHRASE_FILES} passphrase keys, as many as an open tries; remove one "
+                "(`s3ckpt key remove ID`) or add a raw or kms: key instead"
+            )
         keyfile = wrap_master_key(
-            self._master_key, parse_key(key), store_id=self.config.store_id, kms_client=self._kms_client, label=label
+            self._master_key, user_key, store_id=self.config.store_id, kms_client=self._kms_client, label=label
         )
         self.backend.put(f"keys/{keyfile.key_id}", keyfile.model_dump_json().encode(), mode="create")
         return keyfile.key_id
@@ -358,17 +365,25 @@ def _kms_factory(region: str | None, endpoint_url: str | None, credentials: Any 
 
 def _unwrap(backend: Backend, config: StoreConfig, user_key: UserKey, kms: Callable[[], Any]) -> bytes:
     newer: list[int] = []
-    every = [k for k in _load_keyfiles(backend, None, newer=newer) if matches(k, user_key)]
+    files = _load_keyfiles(backend, None, newer=newer)
+    every = [k for k in files if matches(k, user_key)]
     candidates = [k for k in every if k.store_id == config.store_id]
     if not candidates and every:
-        # Key files for this key exist, but for another store id. Usually the key is not this store's:
-        # a key file left behind by an interrupted or lost creation of a store at this URL. Rarely the
-        # config was replaced. Restoring a healthy config on a guess would be the worse mistake.
-        raise DecryptionError(
-            f"this key does not open the store at {backend.url}: its key file belongs to store {every[0].store_id}, "
-            f"and the config names store {config.store_id}. Most likely the key is another store's, or its key file "
-            "was left by an interrupted or lost store creation here: use the key this store was opened with. Only if "
-            "this very key opened this store before was the config replaced; then restore the config from a backup."
+        # Key files for this key exist, but for another store id. If the config's store has key files
+        # here, this key is simply not one of them: its key file is another store's, or was left by an
+        # interrupted or lost creation of a store at this URL. If no key file here names the config's
+        # store, the config is not the one these key files were made with: it was replaced.
+        if any(k.store_id == config.store_id for k in files):
+            raise DecryptionError(
+                f"this key does not open the store at {backend.url}: its key file belongs to store "
+                f"{every[0].store_id}, left by an interrupted or lost creation of a store here or copied from "
+                f"another store, and the store here ({config.store_id}) has key files of its own. Use a key that was "
+                "added to this store; `s3ckpt key list` shows which kinds exist."
+            )
+        raise IntegrityError(
+            f"{_where(backend, 'config')} names store {config.store_id}, which no key file here opens, and the key "
+            f"files for this key belong to store {every[0].store_id}: the config was replaced. Restore it from a backup.",
+            key="config",
         )
     if isinstance(user_key, PassphraseKey) and len(candidates) > _MAX_PASSPHRASE_FILES:
         log.warning(

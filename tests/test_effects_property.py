@@ -227,7 +227,8 @@ class SessionMachine(RuleBasedStateMachine):
                 return self.provider.request(key, lid, data.draw(ANSWERS, label="provider answer"))
 
             try:
-                session.emit(op.kind, target=f"{op.kind}-desk", payload={"lid": op.lid}, send=send)
+                # Two targets per kind: a loop over recipients and a retry of one effect both occur.
+                session.emit(op.kind, target=f"{op.kind}-desk-{op.lid % 2}", payload={"lid": op.lid}, send=send)
             except (TimeoutError, ConnectionResetError):
                 self.in_doubt = True  # this session went on past an effect in doubt
                 if not op.catch:

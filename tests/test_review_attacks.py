@@ -227,3 +227,158 @@ def test_the_derived_key_tells_fields_apart_whatever_they_contain() -> None:
     from s3ckpt.effects import derive_idempotency_key
 
     assert derive_idempotency_key("s", "a\0b", "p", "k", 0) != derive_idempotency_key("s", "a", "b\0p", "k", 0)
+
+
+def test_a_key_left_by_a_lost_store_creation_is_a_wrong_key_not_a_replaced_config(tmp_path: Path) -> None:
+    """A creator killed between its key file and its config leaves a key file that no config names;
+    another process then creates the store. Opening with the first key is a wrong key: the advice
+    must not be to restore a healthy config."""
+    from s3ckpt.keyring import parse_key, wrap_master_key
+
+    url = str(tmp_path / "store")
+    first, second = s3ckpt.generate_key(), s3ckpt.generate_key()
+    orphan = wrap_master_key(b"\x01" * 32, parse_key(first), store_id="0" * 32)
+    (tmp_path / "store" / "keys").mkdir(parents=True)
+    (tmp_path / "store" / "keys" / orphan.key_id).write_text(orphan.model_dump_json())
+    s3ckpt.open_store(url, key=second).close()  # the store another process created
+    with pytest.raises(s3ckpt.DecryptionError) as caught:
+        s3ckpt.open_store(url, key=first, create=False)
+    assert "restore" not in str(caught.value)
+    assert "key list" in str(caught.value)
+
+
+# -- second round -----------------------------------------------------------------------------------
+
+
+class Timeout(BaseException):
+    """What func_timeout or gevent raise: not an Exception."""
+
+
+@pytest.mark.parametrize("shape", ["closure", "not-json-argument", "base-exception"])
+def test_a_skip_loop_in_any_shape_is_stopped_before_it_can_misplace_a_result(store: s3ckpt.Store, shape: str) -> None:
+    provider = Provider()
+
+    def summarize(item: Any) -> str:
+        if str(item) == "doc-1":
+            raise (Timeout if shape == "base-exception" else ValueError)("cannot summarize")
+        session.emit("post", target="feed", payload=str(item), send=provider.sender(str(item)))
+        return f"summary of {item}"
+
+    session = _resume(store)
+    for item in ("doc-1", "doc-2"):
+        try:
+            if shape == "closure":
+                session.step("summarize", lambda item=item: summarize(item))
+            else:
+                session.step("summarize", summarize, Path(item) if shape == "not-json-argument" else item)
+        except (ValueError, Timeout):
+            continue
+        except StepMismatchError:
+            break
+    assert provider.log == []  # doc-2 never ran at doc-1's position
+
+
+def test_a_retry_of_a_step_whose_body_changed_its_arguments_is_a_retry(store: s3ckpt.Store) -> None:
+    messages: list[str] = []
+    calls: list[int] = []
+
+    def llm(history: list[str]) -> str:
+        history.append("assistant: thinking")  # agents keep their transcript in the argument
+        calls.append(len(history))
+        if len(calls) == 1:
+            raise TimeoutError("model busy")
+        return "answer"
+
+    with _resume(store) as session:
+        with pytest.raises(TimeoutError):
+            session.step("ask", llm, messages)
+        assert session.step("ask", llm, messages) == "answer"  # the same (changed) list: a retry
+
+
+def test_a_rollback_drops_a_parent_step_whose_nested_charge_was_refunded(store: s3ckpt.Store) -> None:
+    provider = Provider()
+
+    def checkout() -> dict[str, Any]:
+        ref = session.step("pay", lambda: session.emit("charge", target="card", payload=9, send=provider.sender("charge")))
+        return {"paid": ref}
+
+    with _resume(store) as session:
+        start = session.checkpoint().seq
+        session.step("checkout", checkout)
+        done = session.checkpoint().seq
+    store.run("r").rollback(start)
+    with _resume(store) as session:  # runs checkout again: its nested pay replays nothing refunded
+        session.step("checkout", checkout)
+    store.run("r").rollback(done)
+    latest = store.run("r").latest()
+    assert latest is not None
+    assert "checkout#0" not in latest.steps
+    assert "checkout#0/pay#0" not in latest.steps
+
+
+def test_a_rejected_parent_runs_its_nested_steps_again_on_retry(store: s3ckpt.Store) -> None:
+    drafts = iter(["too short", "a long enough draft"])
+
+    def write() -> str:
+        return session.step("draft", lambda: next(drafts))
+
+    with _resume(store) as session:
+        with pytest.raises(s3ckpt.StepRejectedError):
+            session.step("reply", write, accept=lambda text: len(text) > 10)
+        assert session.step("reply", write, accept=lambda text: len(text) > 10) == "a long enough draft"
+
+
+def test_a_loop_over_recipients_goes_on_past_one_send_in_doubt(store: s3ckpt.Store) -> None:
+    provider = Provider()
+    recipients = ["a@example.com", "b@example.com", "c@example.com"]
+
+    def program(session: s3ckpt.Session, lost: str | None) -> None:
+        for to in recipients:
+            send = provider.sender(to, fail=ConnectionResetError if to == lost else None)
+            with contextlib.suppress(ConnectionResetError):
+                session.emit("email", target=to, payload="newsletter", send=send)
+
+    with _resume(store) as session:  # no reconciler: b's answer is lost, the loop goes on
+        program(session, lost="b@example.com")
+    with _resume(store, reconcile={"email": provider.find}) as session:  # a replay sends nothing again
+        program(session, lost=None)
+    assert sorted(what for _, what in provider.log) == recipients
+
+
+def test_names_that_redaction_changes_still_find_their_reconciler_and_workflow(store: s3ckpt.Store) -> None:
+    hook = "https://hooks.slack.com/services/T00000000/B00000000/XXXXXXXXXXXXXXXXXXXXXXXX"
+    provider = Provider()
+    workflow = "deploy-AKIAIOSFODNN7EXAMPLF"
+    with store.resume("r", workflow=workflow, workflow_version="1") as session, pytest.raises(TimeoutError):
+        session.emit(hook, target="ops", payload=1, send=provider.sender(1, fail=TimeoutError))
+    with store.resume("r", workflow=workflow, workflow_version="1", reconcile={hook: provider.find}) as session:
+        assert session.emit(hook, target="ops", payload=1, send=provider.sender(1)) == "ref-1"
+    assert len(provider.log) == 1
+
+
+def test_a_passphrase_key_past_what_an_open_tries_is_refused_at_add(tmp_path: Path) -> None:
+    from s3ckpt import store as store_module
+
+    with s3ckpt.open_store(str(tmp_path / "s"), key=s3ckpt.generate_key()) as opened:
+        store_module._MAX_PASSPHRASE_FILES, saved = 2, store_module._MAX_PASSPHRASE_FILES
+        try:
+            opened.add_key("passphrase:first passphrase")
+            opened.add_key("passphrase:second passphrase")
+            with pytest.raises(s3ckpt.ConfigurationError, match="passphrase keys"):
+                opened.add_key("passphrase:third passphrase")
+        finally:
+            store_module._MAX_PASSPHRASE_FILES = saved
+
+
+def test_a_claim_refuses_a_parent_whose_ledger_data_is_gone(tmp_path: Path) -> None:
+    store = s3ckpt.open_store(str(tmp_path / "s"), key=s3ckpt.generate_key(), inline_limit=256)
+    with store.resume("r", workflow="w", workflow_version="1") as session:
+        for i in range(5):
+            session.step(f"s{i}", lambda i=i: "x" * 100 + str(i))
+    latest = store.run("r").latest()
+    assert latest is not None
+    assert latest.record.ledger_manifest is not None
+    for info in list(store.backend.list("packs/")):
+        store.backend.delete(info.key)
+    with pytest.raises(IntegrityError, match="missing"):
+        store.run("r").claim()

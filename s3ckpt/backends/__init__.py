@@ -64,7 +64,7 @@ def open_backend(url: str | os.PathLike[str] | None = None, **options: Any) -> B
     if scheme in ("", "file") or (len(scheme) == 1 and os.name == "nt"):
         path = unquote(parts.path) if scheme == "file" else url
         _reject_unknown(options, ("fsync",), url)
-        return _local(path, fsync=bool(options.get("fsync", True)))
+        return _open_local(path, fsync=bool(options.get("fsync", True)))
     if scheme == "memory":
         _reject_unknown(options, (), url)
         return MemoryBackend((parts.netloc + parts.path).strip("/") or "default")
@@ -79,7 +79,7 @@ def open_backend(url: str | os.PathLike[str] | None = None, **options: Any) -> B
     storage_options = options.get("storage_options") or {}
     if not isinstance(storage_options, Mapping):
         raise ConfigurationError(f"storage_options must be a dict of fsspec options, not {type(storage_options).__name__}")
-    return _fsspec(url, storage_options)
+    return _open_fsspec(url, storage_options)
 
 
 def _check_url(url: object) -> str:
@@ -103,7 +103,7 @@ def _check_url(url: object) -> str:
     return url
 
 
-def _local(path: str, *, fsync: bool) -> Backend:
+def _open_local(path: str, *, fsync: bool) -> Backend:
     try:
         backend = LocalBackend(path, fsync=fsync)
         # A path below a regular file ("model.bin/store") fails only at the first write, with a
@@ -119,7 +119,9 @@ def _local(path: str, *, fsync: bool) -> Backend:
     return backend
 
 
-def _fsspec(url: str, storage_options: Mapping[str, Any]) -> Backend:
+# Not named _fsspec: importing the submodule s3ckpt.backends._fsspec binds that name on this package,
+# which would replace a function of the same name after the first fsspec store was opened.
+def _open_fsspec(url: str, storage_options: Mapping[str, Any]) -> Backend:
     import fsspec
     from fsspec.registry import known_implementations
 

@@ -65,6 +65,7 @@ from ..errors import (
     ConflictError,
     FencedError,
     IntegrityError,
+    InvalidArgumentError,
     InvalidArtifactError,
     ObjectNotFoundError,
     PreconditionFailedError,
@@ -72,6 +73,7 @@ from ..errors import (
 )
 from ..log import Entry, Run
 from ..records import RECORD_SCHEMA_VERSION, ChunkRef, CommitRecord, Manifest
+from ..redaction import MAX_DEPTH, Redactor
 from ..store import Store
 
 __all__ = ["S3ckptSaver", "parse_run_id", "run_id_for"]
@@ -86,6 +88,12 @@ _MAX_CACHED_RUNS = 4096
 WRITES_KIND = "langgraph-writes"
 
 _Ref = dict[str, Any]
+
+#: Metadata LangGraph writes and reads back by name (its loop resumes from them): checked as names
+#: are, never changed (docs/langgraph.md, "Redaction").
+_LANGGRAPH_METADATA = frozenset({"source", "step", "parents", "counters_since_delta_snapshot"})
+#: Names a saver remembers as checked (a graph repeats its channel and node names every step).
+_MAX_CLEAN_NAMES = 4096
 
 
 def run_id_for(thread_id: str, checkpoint_ns: str = "") -> str:
@@ -152,6 +160,62 @@ def writes_key(run_prefix: str, checkpoint_id: str, task_id: str, idxs: Sequence
     if any(i < 0 for i in idxs):
         name = f"{name}.{t}"
     return f"{writes_prefix(run_prefix, checkpoint_id)}{_segment(task_id)}/{_segment(writer)}/{name}"
+
+
+def _recorded_run_id(store: Store, run_id: str) -> str:
+    """A metadata ``run_id`` as stored: redacted, and, when redaction changed it, followed by a
+    keyed digest of itself (as s3ckpt records names), so ``delete_for_runs`` still finds it."""
+    recorded = store.options.redactor.redact_text(run_id)
+    return recorded if recorded == run_id else f"{recorded}~{store.cipher.name_digest(run_id)}"
+
+
+def _redact_any(redactor: Redactor, value: Any) -> Any:
+    """``redactor.redact`` of a value that may hold objects JSON has no type for (a datetime, a
+    set, a model: metadata is serialized by LangGraph's serde). Each such object is scanned by its
+    repr: kept when that holds no secret, else replaced by the redacted repr; under a secret-named
+    key it is hidden like any scalar."""
+    token = secrets.token_hex(8)
+    objects: builtins.list[Any] = []
+
+    def stand_in(obj: Any) -> str:
+        objects.append(obj)
+        return f"\x00s3ckpt-object-{token}-{len(objects) - 1}\x00"
+
+    def shadow(v: Any, depth: int) -> Any:
+        if v is None or isinstance(v, str | int | float):
+            return v
+        if depth >= MAX_DEPTH:
+            raise InvalidArgumentError(f"cannot redact checkpoint metadata nested more than {MAX_DEPTH} levels deep")
+        if isinstance(v, dict):
+            return {
+                (k if k is None or isinstance(k, str | int | float) else stand_in(k)): shadow(x, depth + 1)
+                for k, x in v.items()
+            }
+        if isinstance(v, list):
+            return [shadow(x, depth + 1) for x in v]
+        if isinstance(v, tuple) and type(v) is tuple:
+            return tuple(shadow(x, depth + 1) for x in v)
+        return stand_in(v)
+
+    def back(v: Any) -> Any:
+        if isinstance(v, str):
+            if v.startswith("\x00s3ckpt-object-") and v.endswith("\x00"):
+                _, _, tail = v[:-1].rpartition("-")
+                if v == f"\x00s3ckpt-object-{token}-{tail}\x00":
+                    obj = objects[int(tail)]
+                    text = repr(obj)
+                    redacted = redactor.redact_text(text)
+                    return obj if redacted == text else redacted
+            return v
+        if isinstance(v, dict):
+            return {back(k): back(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [back(x) for x in v]
+        if isinstance(v, tuple):
+            return tuple(back(x) for x in v)
+        return v
+
+    return back(redactor.redact(shadow(value, 0)))
 
 
 @dataclass(frozen=True)
@@ -268,6 +332,63 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
         self.writer_id = secrets.token_hex(8)
         self._logs: OrderedDict[str, _Log] = OrderedDict()
         self._logs_lock = threading.Lock()
+        #: names checked against the store's redactor and found clean
+        self._clean_names: dict[str, None] = {}
+
+    # -- redaction (docs/langgraph.md, "Redaction") ---------------------------------------------
+
+    def _check_name(self, text: str, what: str, *, remember: bool = True) -> None:
+        """Refuse a name LangGraph reads back by name (a channel, a node, a task or checkpoint id)
+        in which the store's redactor finds a secret: stored redacted, it would no longer name what
+        it names; stored as it is, the secret would be in the store."""
+        if text in self._clean_names:
+            return
+        redactor = self.store.options.redactor
+        if redactor.redact_text(text) != text:
+            kinds = ", ".join(sorted(set(redactor.found(text))))
+            raise InvalidArgumentError(
+                f"the LangGraph {what} {redactor.redact_text(text)!r} holds what the store's redactor takes for "
+                f"a secret ({kinds}). S3ckptSaver stores such names as they are, because LangGraph finds channels, "
+                "nodes, tasks and checkpoints by them, so it does not store this one: rename it, or, if it is no "
+                "secret, allow it in the store's redactor (open_store(..., redactor=s3ckpt.Redactor(allow=[...])))."
+            )
+        if remember and len(self._clean_names) < _MAX_CLEAN_NAMES:
+            self._clean_names[text] = None
+
+    def _check_names(self, value: Any, what: str, depth: int = 0) -> None:
+        """``_check_name`` for every string of a structure (dict keys too); other values are not text."""
+        if isinstance(value, str):
+            self._check_name(value, what, remember=False)
+        elif depth >= MAX_DEPTH:
+            raise InvalidArgumentError(f"cannot check a LangGraph {what} nested more than {MAX_DEPTH} levels deep")
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                if isinstance(k, str):
+                    self._check_name(k, what)
+                self._check_names(v, what, depth + 1)
+        elif isinstance(value, list | tuple):
+            for v in value:
+                self._check_names(v, what, depth + 1)
+
+    def _redact_metadata(self, metadata: Mapping[str, Any]) -> dict[str, Any]:
+        """Checkpoint metadata as stored: LangGraph's own keys checked as names, ``run_id`` in its
+        recorded form, everything else (the strings LangGraph copies from ``configurable`` and the
+        config's ``metadata``, a caller's own) through the store's redactor."""
+        own = {k: v for k, v in metadata.items() if k in _LANGGRAPH_METADATA}
+        self._check_names(own, "checkpoint metadata")
+        rest = {k: v for k, v in metadata.items() if k not in _LANGGRAPH_METADATA}
+        run_id = rest.pop("run_id", None)
+        out = cast(dict[str, Any], _redact_any(self.store.options.redactor, rest))
+        if isinstance(run_id, str):
+            out["run_id"] = _recorded_run_id(self.store, run_id)
+        elif run_id is not None:
+            out["run_id"] = _redact_any(self.store.options.redactor, {"run_id": run_id})["run_id"]
+        return {**own, **out}
+
+    def _is_run(self, stored: Any, wanted: Iterable[str]) -> bool:
+        """Whether a stored metadata ``run_id`` is one of ``wanted`` (as stored, or as written
+        before run ids were redacted)."""
+        return isinstance(stored, str) and any(stored in (w, _recorded_run_id(self.store, w)) for w in wanted)
 
     # -- serialization -------------------------------------------------------------------------
 
@@ -600,11 +721,16 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
     def put(
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
     ) -> RunnableConfig:
-        thread_id, ns, _ = self._where(config)
+        thread_id, ns, parent_id = self._where(config)
         body: dict[str, Any] = dict(checkpoint)
         values: dict[str, Any] = body.pop("channel_values", None) or {}
+        # Not redacted, checked: the checkpoint without its values is ids, versions, channel and
+        # node names, which LangGraph reads back by name. pending_sends (format < 4) are values.
+        self._check_names({k: v for k, v in body.items() if k != "pending_sends"}, "checkpoint")
+        if parent_id is not None:
+            self._check_name(str(parent_id), "checkpoint id")
         typed_checkpoint = self._dump_inline(body)
-        typed_metadata = self._dump_inline(get_checkpoint_metadata(config, metadata))
+        typed_metadata = self._dump_inline(self._redact_metadata(get_checkpoint_metadata(config, metadata)))
         lg = self._log_of(thread_id, ns)
         with lg.lock:
             lg.puts_active += 1
@@ -702,6 +828,12 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
         thread_id, ns, checkpoint_id = self._where(config)
         if checkpoint_id is None:
             raise ValueError("put_writes needs the checkpoint_id of the checkpoint the writes belong to")
+        self._check_name(str(checkpoint_id), "checkpoint id")
+        self._check_name(str(task_id), "task id")
+        for channel, _ in writes:
+            self._check_name(channel, "channel name")
+        # A task's path only orders pending writes (writes_sort_key): redacted like text.
+        task_path = self.store.options.redactor.redact_text(task_path)
         lg = self._log_of(thread_id, ns)
         # No log position and no read: the writes object is created beside the log, so this can
         # run while the next put commits (LangGraph's async durability submits both at once).
@@ -995,8 +1127,12 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
                 record, pending = snap
                 state = cast(dict[str, Any], record.state)
                 if filter:
+                    # against the metadata as stored: a value that held a secret matches nothing
                     metadata = self._load_inline(state["metadata"])
-                    if not all(metadata.get(k) == v for k, v in filter.items()):
+                    if not all(
+                        self._is_run(metadata.get(k), [v]) if k == "run_id" and isinstance(v, str) else metadata.get(k) == v
+                        for k, v in filter.items()
+                    ):
                         continue
                 if remaining is not None:
                     if remaining <= 0:
@@ -1094,7 +1230,7 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
                 writes: set[str] = set()
                 for cid, seq in lg.puts.items():
                     metadata = self._load_inline(cast(dict[str, Any], lg.records[seq].state)["metadata"])
-                    if metadata.get("run_id") in wanted:
+                    if self._is_run(metadata.get("run_id"), wanted):
                         gone.add(seq)
                         writes.update(self._objects(lg.writes.get(cid, ())))
                 self._forget(lg, gone, writes)
