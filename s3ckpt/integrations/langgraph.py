@@ -18,6 +18,14 @@ seen; and a put names its writer and the other writers' writes it was computed f
 ``wf``), so once a checkpoint has a child its pending writes are that child's, never a losing
 host's.
 
+A thread's latest checkpoint (``get_tuple`` without an id, ``prune``'s keep_latest, ``list``'s
+newest first) is the last put of its log, never the largest id: ids are uuid6 values of the
+writing host's clock.
+
+What the saver stores that is not a channel value goes through the store's redactor (checkpoint
+metadata, task paths); names LangGraph reads back (channel and node names, ids) are checked and
+refused when the redactor finds a secret in them (docs/langgraph.md, "Redaction").
+
 Channel values are serialized with the saver's ``serde`` (LangGraph's JsonPlusSerializer, pickle
 fallback off). A small value is stored in the record; a large one is an artifact of the record,
 content-addressed and deduplicated by chunk. A channel whose version did not change is not stored
