@@ -393,10 +393,14 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
             out["run_id"] = _redact_any(self.store.options.redactor, {"run_id": run_id})["run_id"]
         return {**own, **out}
 
-    def _is_run(self, stored: Any, wanted: Iterable[str]) -> bool:
-        """Whether a stored metadata ``run_id`` is one of ``wanted`` (as stored, or as written
-        before run ids were redacted)."""
-        return isinstance(stored, str) and any(stored in (w, _recorded_run_id(self.store, w)) for w in wanted)
+    def _run_id_forms(self, wanted: Iterable[str]) -> set[str]:
+        """What a metadata ``run_id`` of one of ``wanted`` may be stored as: its recorded form, or
+        the raw id (written before run ids were redacted)."""
+        return {form for w in map(str, wanted) for form in (w, _recorded_run_id(self.store, w))}
+
+    @staticmethod
+    def _is_run(stored: Any, forms: set[str]) -> bool:
+        return isinstance(stored, str) and stored in forms
 
     # -- serialization -------------------------------------------------------------------------
 
@@ -1116,6 +1120,8 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
                 where = self._thread_namespaces(thread_id)
             wanted_id = get_checkpoint_id(config)
         before_id = get_checkpoint_id(before) if before is not None else None
+        wanted_run = (filter or {}).get("run_id")
+        run_forms = self._run_id_forms([wanted_run]) if isinstance(wanted_run, str) else set()
         remaining = limit
         for thread_id, ns in where:
             lg = self._log_of(thread_id, ns)
@@ -1138,7 +1144,7 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
                     # against the metadata as stored: a value that held a secret matches nothing
                     metadata = self._load_inline(state["metadata"])
                     if not all(
-                        self._is_run(metadata.get(k), [v]) if k == "run_id" and isinstance(v, str) else metadata.get(k) == v
+                        self._is_run(metadata.get(k), run_forms) if k == "run_id" and run_forms else metadata.get(k) == v
                         for k, v in filter.items()
                     ):
                         continue
@@ -1227,7 +1233,7 @@ class S3ckptSaver(BaseCheckpointSaver[str]):
             self._drop(self._log_of(thread, ns))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        wanted = set(run_ids)
+        wanted = self._run_id_forms(run_ids)
         if not wanted:
             return
         for thread, ns in self._thread_namespaces(None):
