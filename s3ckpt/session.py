@@ -254,6 +254,12 @@ class Session:
         stored_payload = self._redactor.redact(values.json_value(payload, "the payload")) if store_payload else None
         content = (target_value, digest)
 
+        known = self._book.effects.get(caller_key) if caller_key is not None else None
+        if known is not None and known.status == "confirmed" and content_of(known) == content:
+            # The caller's own key names an effect that happened, wherever it sits: this is that effect.
+            counters["effect " + kind] += 1
+            self._emitted[-1].append(known.idempotency_key)
+            return known.reference
         position = f"{scope}{escape(kind)}#{counters['effect ' + kind]}"
         latest = self._book.deciding(position, caller_key)
         while (

@@ -382,3 +382,17 @@ def test_a_claim_refuses_a_parent_whose_ledger_data_is_gone(tmp_path: Path) -> N
         store.backend.delete(info.key)
     with pytest.raises(IntegrityError, match="missing"):
         store.run("r").claim()
+
+
+def test_effects_with_keys_of_their_own_survive_a_reordering(store: s3ckpt.Store) -> None:
+    provider = Provider()
+
+    def emit(session: s3ckpt.Session, what: str) -> Any:
+        return session.emit("notify", target="ops", payload=what, idempotency_key=f"notify-{what}", send=provider.sender(what))
+
+    with _resume(store) as session:
+        first = [emit(session, "A"), emit(session, "B")]
+    with _resume(store) as session:  # a new version of the code emits them the other way round
+        second = [emit(session, "B"), emit(session, "A")]
+    assert second == first[::-1]
+    assert len(provider.log) == 2
