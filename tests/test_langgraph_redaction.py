@@ -37,12 +37,14 @@ from langgraph.types import Command, interrupt
 
 import s3ckpt
 from s3ckpt import codec
-from s3ckpt._names import check_blob_id, decode_run_id, pack_key
+from s3ckpt._names import decode_run_id
 from s3ckpt.errors import InvalidArgumentError
 from s3ckpt.integrations.langgraph import WRITES_KIND, S3ckptSaver
 from s3ckpt.records import Manifest
 from tests.test_redaction import SECRET_KEYS, SECRETS
 from tests.test_redaction_property import LABELS, PLAIN_KEY, SECRET_TEXT, Planted, json_objects, leaks
+
+from .store_objects import assert_packs_covered
 
 SERDE = JsonPlusSerializer(pickle_fallback=False)
 #: The kinds of a serialized LangGraph value ([type, base64] in records, {"t", "b"} refs).
@@ -117,19 +119,9 @@ def opened_objects(root: Path, store: s3ckpt.Store) -> dict[str, tuple[Any, str]
             manifests.update({f"{key} {name}": Manifest.model_validate(m) for name, m in doc.get("a", {}).items()})
         else:
             raise AssertionError(f"an object this test cannot open: {key}")
-    read: dict[str, list[tuple[int, int]]] = {}
     for where, manifest in manifests.items():
         out[f"chunks of {where}"] = (None, store.blobs.read_all(manifest).decode("utf-8", "replace"))
-        for ref in manifest.chunks:
-            assert ref.pack is not None
-            assert ref.length is not None
-            read.setdefault(pack_key(check_blob_id(ref.pack)), []).append((ref.offset, ref.offset + ref.length))
-    for key, size in packs.items():
-        end = 0
-        for start, stop in sorted(read.get(key, [])):
-            assert start <= end, f"{key}: bytes {end}..{start} are in no chunk anything references"
-            end = max(end, stop)
-        assert end == size, f"{key}: bytes {end}..{size} are in no chunk anything references"
+    assert_packs_covered(packs, manifests)
     return out
 
 

@@ -29,10 +29,12 @@ from hypothesis import strategies as st
 
 import s3ckpt
 from s3ckpt import codec
-from s3ckpt._names import check_blob_id, decode_run_id, pack_key
+from s3ckpt._names import decode_run_id
 from s3ckpt.records import Manifest
 from s3ckpt.redaction import DEFAULT_REDACTOR, SECRET_FIELD, marker
 from tests.test_redaction import LOOKALIKES, PLAIN_KEYS, SECRET_KEYS, SECRETS
+
+from .store_objects import assert_packs_covered
 
 R = DEFAULT_REDACTOR
 FIELD = marker(SECRET_FIELD)
@@ -356,23 +358,13 @@ def decrypted_objects(root: Path, store: s3ckpt.Store) -> dict[str, Any]:
             packs[key] = len(data)
         else:
             raise AssertionError(f"an object this test cannot open: {key}")
-    read: dict[str, list[tuple[int, int]]] = {}
     for where, manifest in manifests.items():
         text = store.blobs.read_all(manifest).decode("utf-8", "replace")
         try:
             out[f"chunks of {where}"] = json.loads(text)
         except ValueError:
             out[f"chunks of {where}"] = text
-        for ref in manifest.chunks:
-            assert ref.pack is not None
-            assert ref.length is not None
-            read.setdefault(pack_key(check_blob_id(ref.pack)), []).append((ref.offset, ref.offset + ref.length))
-    for key, size in packs.items():
-        end = 0
-        for start, stop in sorted(read.get(key, [])):
-            assert start <= end, f"{key}: bytes {end}..{start} are in no chunk a record references"
-            end = max(end, stop)
-        assert end == size, f"{key}: bytes {end}..{size} are in no chunk a record references"
+    assert_packs_covered(packs, manifests)
     return out
 
 
