@@ -21,6 +21,7 @@ docs/sessions.md.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -102,7 +103,7 @@ class Session:
         #: scope -> how many steps completed and effects confirmed there, per name (this attempt)
         self._counters: dict[str, Counter[str]] = {"": Counter()}
         #: scope -> step name -> what its last failed call there was called with (this attempt)
-        self._failed_calls: dict[str, dict[str, str]] = {"": {}}
+        self._failed_calls: dict[str, dict[str, _Call]] = {"": {}}
         #: scope -> keys of the effects whose emit call raised there (this attempt)
         self._ended: dict[str, set[str]] = {"": set()}
         self._scopes: list[str] = [""]
@@ -153,9 +154,9 @@ class Session:
             # What it caused belongs to the step around it too (a rollback of those effects drops both).
             self._emitted[-1].extend(recorded.effects)
             return _decode_result(recorded, fn)
-        call = _fingerprint(fn, args, kwargs)
+        call = _Call.of(fn, args, kwargs)
         failed = self._failed_calls[scope].get(name)
-        if failed is not None and failed != call:
+        if failed is not None and failed.digest != call.digest:
             # The position still belongs to the failed call: letting another call complete there would
             # hand its result to the failed one on a replay (and run this one again after it).
             self._stopped = StepMismatchError(
@@ -412,7 +413,7 @@ class Session:
         completed inside are dropped: a retry runs them again, as it runs the body again (what they
         caused stays recorded, and is returned to them, not caused again). An attempt a crash cut short
         keeps them: that is a resume, not a retry."""
-        self._failed_calls[scope][name] = _fingerprint(fn, args, kwargs)
+        self._failed_calls[scope][name] = _Call.of(fn, args, kwargs)
         for inner in [k for k in self._steps if k.startswith(key + "/")]:
             del self._steps[inner]
 
@@ -508,17 +509,25 @@ def find_reconciler(store: Store, reconcile: Mapping[str, Reconciler], kind: str
     return None
 
 
-def _fingerprint(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+class _Call(typing.NamedTuple):
     """What a step was called with: the function's code, the values its closure and its defaults
-    hold, and the arguments, each as its JSON when it has one, else as the object itself (its identity: a retry
-    passes the same object). Cheap, and never raises whatever the values do."""
-    code = getattr(fn, "__code__", None)
-    cells = getattr(fn, "__closure__", None) or ()
-    defaults = (getattr(fn, "__defaults__", None) or (), sorted((getattr(fn, "__kwdefaults__", None) or {}).items()))
-    parts: list[Any] = [getattr(code, "co_qualname", None) or getattr(fn, "__qualname__", type(fn).__qualname__)]
-    for value in (*(_cell(cell) for cell in cells), *defaults[0], *defaults[1], *args, *sorted(kwargs.items())):
-        parts.append(_part(value))
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+    hold, and the arguments, each as its JSON when it has one, else as its repr when that shows its
+    value, else as the object itself (its identity: a retry passes the same object). Cheap, and
+    never raises whatever the values do. ``alive`` holds the objects, so that no identity compared
+    with a later call can be reused by another object meanwhile."""
+
+    digest: str
+    alive: tuple[Any, ...]
+
+    @classmethod
+    def of(cls, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Call:
+        code = getattr(fn, "__code__", None)
+        cells = getattr(fn, "__closure__", None) or ()
+        defaults = (*(getattr(fn, "__defaults__", None) or ()), *sorted((getattr(fn, "__kwdefaults__", None) or {}).items()))
+        parts: list[Any] = [getattr(code, "co_qualname", None) or getattr(fn, "__qualname__", type(fn).__qualname__)]
+        parts += [_part(value) for value in (*(_cell(cell) for cell in cells), *defaults, *args, *sorted(kwargs.items()))]
+        digest = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+        return cls(digest, (fn, args, kwargs))
 
 
 def _cell(cell: Any) -> Any:
@@ -533,8 +542,14 @@ def _part(value: Any) -> Any:
         return "sha256:" + hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()
     try:
         return values.json_value(value, "an argument")
-    except Exception:  # noqa: BLE001 - not JSON (or a container that raises): its identity
+    except Exception:  # noqa: BLE001 - not JSON (or a container that raises): its repr, below
+        text = " at 0x"
+    with contextlib.suppress(Exception):  # a repr that raises: its identity
+        text = repr(value)
+    if " at 0x" in text:  # the default repr: an identity, no value
         return f"<{type(value).__name__} at {id(value):#x}>"
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"<{type(value).__qualname__} {digest}>"
 
 
 def _exception_types(failed_on: Any, kind: str) -> tuple[type[BaseException], ...]:

@@ -254,7 +254,17 @@ class Timeout(BaseException):
     """What func_timeout or gevent raise: not an Exception."""
 
 
-@pytest.mark.parametrize("shape", ["closure", "not-json-argument", "base-exception"])
+class Doc:
+    """An argument with no JSON form and the default repr (an address, no value)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@pytest.mark.parametrize("shape", ["closure", "not-json-argument", "default-repr-argument", "base-exception"])
 def test_a_skip_loop_in_any_shape_is_stopped_before_it_can_misplace_a_result(store: s3ckpt.Store, shape: str) -> None:
     provider = Provider()
 
@@ -270,7 +280,9 @@ def test_a_skip_loop_in_any_shape_is_stopped_before_it_can_misplace_a_result(sto
             if shape == "closure":
                 session.step("summarize", lambda item=item: summarize(item))
             else:
-                session.step("summarize", summarize, Path(item) if shape == "not-json-argument" else item)
+                # A fresh object per item, freed after its call: its address may be reused by the next.
+                argument = {"not-json-argument": Path, "default-repr-argument": Doc}.get(shape, str)(item)
+                session.step("summarize", summarize, argument)
         except (ValueError, Timeout):
             continue
         except StepMismatchError:
