@@ -595,8 +595,8 @@ class Redactor:
         """A secret's value: every scalar replaced whole, the shape of containers kept."""
         if isinstance(value, str):
             return self._field(value, kinds)
-        if value is None:  # says nothing
-            return None
+        if value is None or isinstance(value, bool):  # says nothing (a flag like "cookie": False is no secret)
+            return value
         if isinstance(value, int | float):
             if kinds is not None:
                 kinds.append(SECRET_FIELD)

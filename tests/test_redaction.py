@@ -330,14 +330,14 @@ def test_key_words() -> None:
     assert key_words("oauth2.token") == ("oauth", "2", "token")
 
 
-def test_every_scalar_under_a_secret_key_is_replaced_whatever_its_type() -> None:
+def test_every_scalar_under_a_secret_key_is_replaced_whatever_its_type_but_flags() -> None:
     key = j("AKIA", "IOSFODNN7EXAMPLE")
     value = {
         "token_count": 5,
         "token": 5,
         "pin_password": 123456,
         "password": None,  # says nothing
-        "secret": True,
+        "secret": True,  # a flag: says nothing, kept
         "api_key": 1.5,
         "credentials": {"user": "bob", "password": "pw", "note": key, "ids": [1, "2"], "n": None},
         "tokens": ["plain", "password=hunter2"],
@@ -350,15 +350,15 @@ def test_every_scalar_under_a_secret_key_is_replaced_whatever_its_type() -> None
         "token": FIELD,
         "pin_password": FIELD,
         "password": None,
-        "secret": FIELD,
+        "secret": True,
         "api_key": FIELD,
         "credentials": {"user": FIELD, "password": FIELD, "note": FIELD, "ids": [FIELD, FIELD], "n": None},
         "tokens": ["plain", "password=[REDACTED:secret-assignment]"],
         "authorization": [FIELD, FIELD],
-        "client_secret": [[FIELD, FIELD], (FIELD, FIELD), {"deep": [FIELD]}],
+        "client_secret": [[FIELD, FIELD], (FIELD, FIELD), {"deep": [False]}],
         "empty": {"password": ""},
     }
-    assert R.found({"token": [1, True, "x", None, ""]}) == [SECRET_FIELD] * 3
+    assert R.found({"token": [1, True, "x", None, ""]}) == [SECRET_FIELD] * 2
     # The keys of a dict under a secret name stay readable (redacted as text only).
     assert R.redact({"credentials": {key: 1, "user": "bob"}}) == {
         "credentials": {"[REDACTED:aws-access-key-id]": FIELD, "user": FIELD}
@@ -477,7 +477,7 @@ def test_header_pairs_lose_their_value() -> None:
     out = R.redact(value)
     assert out == {
         "headers": [["X-Api-Key", FIELD], ["Accept", "json"], ["Authorization", FIELD], ("Cookie", FIELD)],
-        "raw": [("x-api-key", FIELD), ["Proxy-Authorization", [FIELD, FIELD]], ["token", {"v": FIELD}]],
+        "raw": [("x-api-key", FIELD), ["Proxy-Authorization", [FIELD, FIELD]], ["token", {"v": True}]],
         "plain": [["Accept", "text/html"], ["max_tokens", 5], ["eos_token", "</s>"], ["token", None]],
         "longer": ["X-Api-Key", "a", "b"],
     }

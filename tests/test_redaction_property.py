@@ -101,7 +101,8 @@ FILLER = st.one_of(
     TEXT,
 ).map(Planted)
 
-# What a secret name hides whole: any string at all, sentinel numbers, booleans, and containers.
+# What a secret name hides whole: any string at all, sentinel numbers, and containers (booleans and
+# None are kept: they say nothing).
 SENTINEL = st.text(string.ascii_letters + string.digits, min_size=8, max_size=16).map(lambda s: "s3nt-" + s)
 RAW_SECRET = st.one_of(CASES.map(lambda c: c.secret), SENTINEL).map(lambda s: Planted(s, frozenset({s})))
 HIDDEN = st.recursive(
@@ -234,7 +235,7 @@ def leaks(value: Any, secrets: Iterable[str], numbers: Iterable[int | float] = (
 
 def _all_hidden(value: Any) -> bool:
     return all(
-        item is None or item == "" or (isinstance(item, str) and _MARKER.fullmatch(item))
+        item is None or item == "" or isinstance(item, bool) or (isinstance(item, str) and _MARKER.fullmatch(item))
         for _, item in _scalars(value, keys=False)
     )
 
