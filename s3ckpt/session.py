@@ -255,9 +255,19 @@ class Session:
         stored_payload = self._redactor.redact(values.json_value(payload, "the payload")) if store_payload else None
         content = (target_value, digest)
 
+        # The caller's own key names one effect wherever it sits: in doubt, it is settled first; if it
+        # happened, this is that effect (or, with other content, a misuse of the key).
         known = self._book.effects.get(caller_key) if caller_key is not None else None
-        if known is not None and known.status == "confirmed" and content_of(known) == content:
-            # The caller's own key names an effect that happened, wherever it sits: this is that effect.
+        if known is not None and known.status in UNSETTLED:
+            known = self._settle_in_session(known)
+        if known is not None and known.status == "confirmed":
+            if (known.kind, content_of(known)) != (kind, content):
+                self._stopped = EffectMismatchError(
+                    f"idempotency key {known.idempotency_key} was used for {describe(known)}, which happened, and is now "
+                    f"emitted with other content ({digest}): a key names one effect. The session stopped; nothing was "
+                    "sent. Give the new effect its own key."
+                )
+                raise self._stopped
             counters["effect " + kind] += 1
             self._emitted[-1].append(known.idempotency_key)
             return known.reference

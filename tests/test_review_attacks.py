@@ -408,3 +408,15 @@ def test_effects_with_keys_of_their_own_survive_a_reordering(store: s3ckpt.Store
         second = [emit(session, "B"), emit(session, "A")]
     assert second == first[::-1]
     assert len(provider.log) == 2
+
+
+def test_a_callers_key_that_named_an_effect_that_happened_is_never_reused_for_other_content(store: s3ckpt.Store) -> None:
+    provider = Provider()
+    with _resume(store) as session:
+        session.emit("charge", target="card", payload=10, idempotency_key="order-7", send=provider.sender(10))
+        with pytest.raises(EffectMismatchError, match="a key names one effect"):
+            session.emit("refund", target="card", payload=10, idempotency_key="order-7", send=provider.sender("refund"))
+    assert len(provider.log) == 1
+    latest = store.run("r").latest()
+    assert latest is not None
+    assert [(e.kind, e.status) for e in latest.effects] == [("charge", "confirmed")]
