@@ -1,7 +1,7 @@
 """A session's effects by position: which recorded effect decides what an emit does, and which
 idempotency key a new request gets (docs/sessions.md, "Positions and idempotency keys").
 
-A position (``<scope><kind>@<target digest>#<n>``) holds the effects tried there: at most one in doubt and, apart
+A position (``<scope><kind>#<n>``) holds the effects tried there: at most one in doubt and, apart
 from rolled-back ones, at most one that happened, because an emit settles the first before it tries
 again and stops at the second. The rest did not happen (refused, not sent, rolled back). So what
 decides an emit is found by status, whatever order the keys were issued in.
@@ -44,14 +44,6 @@ def escape(name: str) -> str:
     """A name as part of a position: ``#`` and ``%`` escaped, so ``#<n>/`` only ever separates scopes
     (a top-level step named ``a#0/b`` is not the step ``b`` inside ``a#0``)."""
     return name.replace("%", "%25").replace("#", "%23")
-
-
-def position_slot(kind: str, target: Any) -> str:
-    """Where an emit's positions live in its scope: the kind and a digest of the (recorded) target,
-    so the n-th effect of a kind to one target is found again whatever was sent to other targets
-    before it (a loop over recipients replays the same whichever of them raised last time)."""
-    digest = hashlib.sha256(json.dumps(target, sort_keys=True, ensure_ascii=True).encode()).hexdigest()[:12]
-    return f"{escape(kind)}@{digest}"
 
 
 def describe(effect: EffectRecord) -> str:
@@ -126,22 +118,6 @@ class EffectBook:
         for key in self._at.get(position, ()):
             effect = self.effects[key]
             if effect.status in ("failed", "not_sent") and content_of(effect) == content:
-                return effect
-        return None
-
-    def legacy(self, scope: str, kind: str, content: Content, used: set[str]) -> EffectRecord | None:
-        """An effect recorded before positions named their target (``<scope><kind>#<n>``), with this
-        kind and content, in doubt or happened, that no emit call of this attempt has returned yet."""
-        prefix = scope + escape(kind) + "#"
-        for effect in self.effects.values():
-            if (
-                effect.position.startswith(prefix)
-                and effect.position[len(prefix) :].isdigit()
-                and effect.kind == kind
-                and effect.idempotency_key not in used
-                and effect.status in (*UNSETTLED, "confirmed")
-                and content_of(effect) == content
-            ):
                 return effect
         return None
 

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import pydantic
 
 from . import _boundaries, values
-from .effects import UNSETTLED, EffectBook, content_of, derive_idempotency_key, describe, escape, payload_hash, position_slot
+from .effects import UNSETTLED, EffectBook, content_of, derive_idempotency_key, describe, escape, payload_hash
 from .errors import (
     BudgetExceededError,
     ConflictError,
@@ -104,8 +104,8 @@ class Session:
         self._counters: dict[str, Counter[str]] = {"": Counter()}
         #: scope -> step name -> what its last failed call there was called with (this attempt)
         self._failed_calls: dict[str, dict[str, _Call]] = {"": {}}
-        #: scope -> keys of the effects emit calls there returned (this attempt): each is one call's
-        self._used: dict[str, set[str]] = {"": set()}
+        #: scope -> keys of the effects whose emit call raised there (this attempt)
+        self._ended: dict[str, set[str]] = {"": set()}
         self._scopes: list[str] = [""]
         self._emitted: list[list[str]] = [[]]
         self._stopped: S3ckptError | None = None
@@ -170,7 +170,7 @@ class Session:
         # Every attempt starts its scope afresh, so it reaches the same positions as the last one.
         self._counters[key + "/"] = Counter()
         self._failed_calls[key + "/"] = {}
-        self._used[key + "/"] = set()
+        self._ended[key + "/"] = set()
         self._scopes.append(key + "/")
         self._emitted.append([])
         _boundaries.reached("step-start", key)
@@ -238,9 +238,9 @@ class Session:
         outcome is unknown (``send`` raised, or the process died inside it) blocks its position:
         ``reconcile[kind]`` (given to ``resume``) is asked, else UnknownOutcomeError is raised and
         nothing is sent. ``send`` raising EffectFailedError, or one of ``failed_on``, means the
-        provider did not act: the next emit at that position sends again, under a new key. Positions are
-        per kind and target; another payload at a position whose effect happened raises
-        EffectMismatchError and stops the session. The payload is stored only as its hash unless ``store_payload``."""
+        provider did not act: the next emit at that position sends again, under a new key. Another
+        target or payload at a position whose effect happened raises EffectMismatchError and stops the
+        session. The payload is stored only as its hash unless ``store_payload``."""
         self._check_running()
         kind = self._name(kind, "an effect kind")
         if not callable(send):
@@ -257,7 +257,6 @@ class Session:
 
         # The caller's own key names one effect wherever it sits: in doubt, it is settled first; if it
         # happened, this is that effect (or, with other content, a misuse of the key).
-        slot = position_slot(kind, target_value)
         known = self._book.effects.get(caller_key) if caller_key is not None else None
         if known is not None and known.status in UNSETTLED:
             known = self._settle_in_session(known)
@@ -269,17 +268,30 @@ class Session:
                     "sent. Give the new effect its own key."
                 )
                 raise self._stopped
-            return self._returned(scope, slot, known)
-        position = f"{scope}{slot}#{counters['effect ' + slot]}"
+            counters["effect " + kind] += 1
+            self._emitted[-1].append(known.idempotency_key)
+            return known.reference
+        position = f"{scope}{escape(kind)}#{counters['effect ' + kind]}"
         latest = self._book.deciding(position, caller_key)
-        if latest is None:
-            # A run recorded before positions named their target: its effect with this content.
-            latest = self._book.legacy(scope, kind, content, self._used[scope])
+        while (
+            latest is not None
+            and latest.status in (*UNSETTLED, "confirmed")
+            and latest.idempotency_key in self._ended[scope]
+            and latest.target != target_value
+        ):
+            # An earlier call here raised (its effect in doubt, or known since to have happened) and this
+            # one goes to another target: another effect (the next recipient of a loop). It takes the
+            # next position, as it will on a replay, where the earlier call returns or is settled first.
+            counters["effect " + kind] += 1
+            position = f"{scope}{escape(kind)}#{counters['effect ' + kind]}"
+            latest = self._book.deciding(position, caller_key)
         if latest is not None and latest.status in UNSETTLED:
             latest = self._settle_in_session(latest)
         if latest is not None and latest.status == "confirmed":
             if content_of(latest) == content:
-                return self._returned(scope, slot, latest)
+                counters["effect " + kind] += 1
+                self._emitted[-1].append(latest.idempotency_key)
+                return latest.reference
             refused = self._book.refused(position, content)
             if refused is not None:
                 # A replay: this effect was refused here (or not sent), then another one took the position.
@@ -337,6 +349,7 @@ class Session:
             failed = isinstance(exc, (EffectFailedError, *failed_types))
             status: Any = "failed" if failed else "unknown"
             error = self._redactor.redact_text(values.error_text(exc))
+            self._ended[scope].add(recorded_key)
             self._settle(recorded_key, status, error=error, by="send")
             raise
         try:
@@ -344,10 +357,11 @@ class Session:
         except InvalidArtifactError as exc:
             # The provider acted, but what it returned cannot be recorded: the outcome stays visibly
             # unknown (a reconciler decides it), never confirmed with a reference that is not the real one.
+            self._ended[scope].add(recorded_key)
             self._settle(recorded_key, "unknown", error=f"send returned a reference that cannot be stored: {exc}", by="send")
             raise
-        confirmed = self._settle(recorded_key, "confirmed", reference=reference, by="send")
-        self._returned(scope, slot, confirmed)
+        self._settle(recorded_key, "confirmed", reference=reference, by="send")
+        counters["effect " + kind] += 1
         _boundaries.reached("after-confirm", recorded_key)
         return reference
 
@@ -400,15 +414,6 @@ class Session:
                     spent=spent,
                     limit=limit,
                 )
-
-    def _returned(self, scope: str, slot: str, effect: EffectRecord) -> Any:
-        """An emit call at ``slot`` (kind and target) ends with ``effect``, which happened: the
-        next call there takes the next position."""
-        self._counters[scope]["effect " + slot] += 1
-        self._used[scope].add(effect.idempotency_key)
-        if effect.idempotency_key not in self._emitted[-1]:
-            self._emitted[-1].append(effect.idempotency_key)
-        return effect.reference
 
     def _attempt_failed(
         self, scope: str, name: str, key: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]

@@ -357,49 +357,6 @@ def test_a_loop_over_recipients_goes_on_past_one_send_in_doubt(store: s3ckpt.Sto
     assert sorted(what for _, what in provider.log) == recipients
 
 
-def test_a_loop_over_recipients_in_another_order_on_resume_sends_each_once(store: s3ckpt.Store) -> None:
-    # Recipients from a set or an API come in any order; one added on the resume is sent to.
-    provider = Provider()
-
-    def program(session: s3ckpt.Session, recipients: list[str], lost: str | None) -> None:
-        for to in recipients:
-            send = provider.sender(to, fail=ConnectionResetError if to == lost else None)
-            with contextlib.suppress(ConnectionResetError):
-                session.emit("email", target=to, payload="newsletter", send=send)
-
-    with _resume(store) as session:
-        program(session, ["a", "b", "c"], lost="a")
-    with _resume(store, reconcile={"email": provider.find}) as session:
-        program(session, ["d", "c", "b", "a"], lost=None)
-    assert sorted(what for _, what in provider.log) == ["a", "b", "c", "d"]
-
-
-def test_a_run_recorded_before_positions_named_their_target_replays_without_sending(
-    store: s3ckpt.Store, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from s3ckpt import effects, session as session_module
-
-    provider = Provider()
-
-    def program(session: s3ckpt.Session) -> None:
-        for to in ("a", "b", "a"):
-            session.emit("email", target=to, payload="newsletter", send=provider.sender(to))
-        with contextlib.suppress(ConnectionResetError):
-            session.emit("email", target="c", payload="newsletter", send=provider.sender("c", fail=ConnectionResetError))
-
-    with monkeypatch.context() as old_writer:  # positions as they were: <kind>#<n>
-        old_writer.setattr(session_module, "position_slot", lambda kind, target: effects.escape(kind))
-        with _resume(store) as session:
-            program(session)
-    latest = store.run("r").latest()
-    assert latest is not None
-    assert [e.position for e in latest.effects] == ["email#0", "email#1", "email#2", "email#3"]
-    with _resume(store, reconcile={"email": provider.find}) as session:
-        program(session)  # each found again, c reconciled: nothing sent twice
-        session.emit("email", target="d", payload="newsletter", send=provider.sender("d"))
-    assert [what for _, what in provider.log] == ["a", "b", "a", "c", "d"]
-
-
 def test_names_that_redaction_changes_still_find_their_reconciler_and_workflow(store: s3ckpt.Store) -> None:
     hook = "https://hooks.slack.com/services/T00000000/B00000000/XXXXXXXXXXXXXXXXXXXXXXXX"
     provider = Provider()
