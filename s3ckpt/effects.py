@@ -121,6 +121,15 @@ class EffectBook:
                 return effect
         return None
 
+    def unreturned(self, scope: str, kind: str, content: Content, used: set[str]) -> EffectRecord | None:
+        """The first effect of ``kind`` in ``scope`` (not nested deeper) with this content that
+        happened or is in doubt, and that no emit call of this attempt has returned (``used``)."""
+        for key in self._like.get(_slot(f"{scope}{escape(kind)}#0", content), ()):
+            effect = self.effects[key]
+            if effect.status in (*UNSETTLED, "confirmed") and key not in used and effect.kind == kind:
+                return effect
+        return None
+
     def new_key(self, store_id: str, run_id: str, position: str, kind: str) -> str:
         """The first derived key of ``position`` never issued: keys of effects that moved on to a
         later position (a not-sent effect sent again there) stay theirs."""

@@ -106,6 +106,8 @@ class Session:
         self._failed_calls: dict[str, dict[str, _Call]] = {"": {}}
         #: scope -> keys of the effects whose emit call raised there (this attempt)
         self._ended: dict[str, set[str]] = {"": set()}
+        #: scope -> keys of the effects that emit calls there returned (this attempt): each one call's
+        self._used: dict[str, set[str]] = {"": set()}
         self._scopes: list[str] = [""]
         self._emitted: list[list[str]] = [[]]
         self._stopped: S3ckptError | None = None
@@ -171,6 +173,7 @@ class Session:
         self._counters[key + "/"] = Counter()
         self._failed_calls[key + "/"] = {}
         self._ended[key + "/"] = set()
+        self._used[key + "/"] = set()
         self._scopes.append(key + "/")
         self._emitted.append([])
         _boundaries.reached("step-start", key)
@@ -268,30 +271,33 @@ class Session:
                     "sent. Give the new effect its own key."
                 )
                 raise self._stopped
-            counters["effect " + kind] += 1
-            self._emitted[-1].append(known.idempotency_key)
-            return known.reference
+            return self._returned(scope, kind, known)
         position = f"{scope}{escape(kind)}#{counters['effect ' + kind]}"
         latest = self._book.deciding(position, caller_key)
-        while (
-            latest is not None
-            and latest.status in (*UNSETTLED, "confirmed")
-            and latest.idempotency_key in self._ended[scope]
-            and latest.target != target_value
+        while latest is not None and (
+            (latest.status == "confirmed" and latest.idempotency_key in self._used[scope])
+            or (
+                latest.status in (*UNSETTLED, "confirmed")
+                and latest.idempotency_key in self._ended[scope]
+                and latest.target != target_value
+            )
         ):
-            # An earlier call here raised (its effect in doubt, or known since to have happened) and this
-            # one goes to another target: another effect (the next recipient of a loop). It takes the
-            # next position, as it will on a replay, where the earlier call returns or is settled first.
+            # Taken: an earlier call of this attempt returned its effect (found by content, below), or
+            # an earlier call here raised (its effect in doubt, or known since to have happened) and
+            # this one goes to another target: another effect (the next recipient of a loop).
             counters["effect " + kind] += 1
             position = f"{scope}{escape(kind)}#{counters['effect ' + kind]}"
             latest = self._book.deciding(position, caller_key)
+        if latest is None or latest.status not in (*UNSETTLED, "confirmed"):
+            # Nothing here happened, but this very effect may have, at another position of the scope (a
+            # replay where an earlier call took another path, a retry after calls to other targets).
+            # It is never sent again under a new key: it is returned, or settled first.
+            latest = self._book.unreturned(scope, kind, content, self._used[scope]) or latest
         if latest is not None and latest.status in UNSETTLED:
             latest = self._settle_in_session(latest)
         if latest is not None and latest.status == "confirmed":
             if content_of(latest) == content:
-                counters["effect " + kind] += 1
-                self._emitted[-1].append(latest.idempotency_key)
-                return latest.reference
+                return self._returned(scope, kind, latest)
             refused = self._book.refused(position, content)
             if refused is not None:
                 # A replay: this effect was refused here (or not sent), then another one took the position.
@@ -360,8 +366,8 @@ class Session:
             self._ended[scope].add(recorded_key)
             self._settle(recorded_key, "unknown", error=f"send returned a reference that cannot be stored: {exc}", by="send")
             raise
-        self._settle(recorded_key, "confirmed", reference=reference, by="send")
-        counters["effect " + kind] += 1
+        confirmed = self._settle(recorded_key, "confirmed", reference=reference, by="send")
+        self._returned(scope, kind, confirmed)
         _boundaries.reached("after-confirm", recorded_key)
         return reference
 
@@ -414,6 +420,15 @@ class Session:
                     spent=spent,
                     limit=limit,
                 )
+
+    def _returned(self, scope: str, kind: str, effect: EffectRecord) -> Any:
+        """An emit call of ``kind`` in ``scope`` ends with ``effect``, which happened: the next call
+        takes the next position, and no other call of this attempt is given the same effect."""
+        self._counters[scope]["effect " + kind] += 1
+        self._used[scope].add(effect.idempotency_key)
+        if effect.idempotency_key not in self._emitted[-1]:
+            self._emitted[-1].append(effect.idempotency_key)
+        return effect.reference
 
     def _attempt_failed(
         self, scope: str, name: str, key: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]

@@ -357,6 +357,38 @@ def test_a_loop_over_recipients_goes_on_past_one_send_in_doubt(store: s3ckpt.Sto
     assert sorted(what for _, what in provider.log) == recipients
 
 
+def test_a_recipient_past_one_in_doubt_is_found_again_when_the_replay_takes_another_path(store: s3ckpt.Store) -> None:
+    # a's answer is lost and b goes on to the next position; a turns out not sent, and on the replay
+    # the provider refuses a: b's call now comes first at a's position, and must find b's effect.
+    provider = Provider()
+
+    def program(session: s3ckpt.Session, fail_a: type[BaseException]) -> None:
+        for to in ("a", "b", "c"):
+            send = provider.sender(to, fail=fail_a if to == "a" else None, deliver=to != "a")
+            with contextlib.suppress(ConnectionResetError, EffectFailedError):
+                session.emit("email", target=to, payload="newsletter", send=send)
+
+    with _resume(store) as session:
+        program(session, ConnectionResetError)
+    with _resume(store, reconcile={"email": provider.find}) as session:
+        program(session, EffectFailedError)
+    with _resume(store, reconcile={"email": provider.find}) as session:
+        program(session, EffectFailedError)
+    assert sorted(what for _, what in provider.log) == ["b", "c"]
+
+
+def test_targets_that_differ_only_in_representation_are_one_effect(store: s3ckpt.Store) -> None:
+    provider = Provider()
+    with _resume(store) as session:
+        with pytest.raises(TimeoutError):
+            session.emit("charge", target={"customer": 42}, payload=10, send=provider.sender(1, fail=TimeoutError))
+        with pytest.raises(UnknownOutcomeError):  # 42.0 == 42: the retry waits for the first to be settled
+            session.emit("charge", target={"customer": 42.0}, payload=10, send=provider.sender(2))
+    with _resume(store, reconcile={"charge": provider.find}) as session:
+        assert session.emit("charge", target={"customer": 42.0}, payload=10, send=provider.sender(3)) == "ref-1"
+    assert [what for _, what in provider.log] == [1]
+
+
 def test_names_that_redaction_changes_still_find_their_reconciler_and_workflow(store: s3ckpt.Store) -> None:
     hook = "https://hooks.slack.com/services/T00000000/B00000000/XXXXXXXXXXXXXXXXXXXXXXXX"
     provider = Provider()
