@@ -65,10 +65,10 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-from .. import codec
-from .._names import encode_run_id, parse_seq
-from ..blobs import Upload
-from ..errors import (
+from ... import codec
+from ..._names import encode_run_id, parse_seq
+from ...blobs import Upload
+from ...errors import (
     DAMAGE_FIX,
     ConflictError,
     FencedError,
@@ -79,10 +79,10 @@ from ..errors import (
     PreconditionFailedError,
     RunDeletedError,
 )
-from ..log import Entry, Run
-from ..records import RECORD_SCHEMA_VERSION, ChunkRef, CommitRecord, Manifest
-from ..redaction import MAX_DEPTH, Redactor
-from ..store import Store
+from ...log import Entry, Run
+from ...records import RECORD_SCHEMA_VERSION, ChunkRef, CommitRecord, Manifest
+from ...redaction import MAX_DEPTH, Redactor
+from ...store import Store
 
 __all__ = ["S3ckptSaver", "parse_run_id", "run_id_for"]
 
