@@ -15,6 +15,11 @@ Roles:
   (``tests/test_iam.py::test_two_workers_create_the_same_store_at_once``, an expected failure).
 - **operator**: ``s3ckpt`` CLI, ``remove_key``, and the verify / gc / prune jobs, over every tenant
   of the bucket. The worker's actions, plus deletion, plus read access to object versions.
+- **maintenance** (optional, one per tenant): the scheduled prune + gc job
+  (``s3ckpt/aws_maintenance.py``, ``terraform/maintenance.tf``) in ONE tenant. The worker's S3
+  actions plus ``s3:DeleteObject``, and of the key-wrapping pair only ``kms:Decrypt``: it opens an
+  existing store (``create=False``) and never wraps a key. No versions: prune and gc read current
+  objects only.
 
 Which boto3 call needs which action (``s3ckpt/backends/_s3.py``, ``s3ckpt/keyring.py``):
 
@@ -48,6 +53,11 @@ __all__ = [
     "ACTION_REASONS",
     "KMS_KEY_WRAP_ACTIONS",
     "KMS_SSE_ACTIONS",
+    "MAINTENANCE_ACTIONS",
+    "MAINTENANCE_KMS_ACTIONS",
+    "MAINTENANCE_KMS_UNWRAP_ACTIONS",
+    "MAINTENANCE_S3_BUCKET_ACTIONS",
+    "MAINTENANCE_S3_OBJECT_ACTIONS",
     "OPERATOR_ACTIONS",
     "OPERATOR_KMS_ACTIONS",
     "OPERATOR_S3_BUCKET_ACTIONS",
@@ -57,6 +67,7 @@ __all__ = [
     "WORKER_KMS_ACTIONS",
     "WORKER_S3_BUCKET_ACTIONS",
     "WORKER_S3_OBJECT_ACTIONS",
+    "maintenance_policy",
     "operator_policy",
     "worker_policy",
 ]
@@ -77,8 +88,9 @@ ACTION_REASONS: Final[Mapping[str, str]] = MappingProxyType(
             "runs' check) and runs/<run>/log/ (finding the tail of a log); the worker only under its prefix"
         ),
         "s3:DeleteObject": (
-            "Store.remove_key, the orphan key file of a lost store-creation race, and the future gc / prune "
-            "(operator only; on a versioned bucket this writes a delete marker, history stays until lifecycle)"
+            "Store.remove_key, the orphan key file of a lost store-creation race, gc and prune (operator and "
+            "the scheduled maintenance role only; on a versioned bucket this writes a delete marker, history "
+            "stays until lifecycle)"
         ),
         "s3:GetObjectVersion": (
             "verify: read an earlier version of an object that was overwritten or deleted, to show what "
@@ -133,6 +145,25 @@ OPERATOR_KMS_ACTIONS: Final[frozenset[str]] = WORKER_KMS_ACTIONS
 #: Everything the operator may do.
 OPERATOR_ACTIONS: Final[frozenset[str]] = OPERATOR_S3_OBJECT_ACTIONS | OPERATOR_S3_BUCKET_ACTIONS | OPERATOR_KMS_ACTIONS
 
+#: Object-level actions of the scheduled maintenance job, on ``<tenant prefix>/*`` only: prune and
+#: gc read records and packs, write tombstones and repacked packs, and delete dead packs.
+MAINTENANCE_S3_OBJECT_ACTIONS: Final[frozenset[str]] = WORKER_S3_OBJECT_ACTIONS | {"s3:DeleteObject"}
+
+#: Bucket-level actions of the maintenance job: the worker's prefix-narrowed listing.
+MAINTENANCE_S3_BUCKET_ACTIONS: Final[frozenset[str]] = WORKER_S3_BUCKET_ACTIONS
+
+#: s3ckpt's own KMS calls of the maintenance job: it only unwraps the store's key (open_store with
+#: create=False), so no ``kms:Encrypt``.
+MAINTENANCE_KMS_UNWRAP_ACTIONS: Final[frozenset[str]] = frozenset({"kms:Decrypt"})
+
+#: Every KMS action of the maintenance job: SSE-KMS through S3, and unwrapping.
+MAINTENANCE_KMS_ACTIONS: Final[frozenset[str]] = KMS_SSE_ACTIONS | MAINTENANCE_KMS_UNWRAP_ACTIONS
+
+#: Everything the maintenance job may do (its logs are Lambda's, granted apart in terraform/).
+MAINTENANCE_ACTIONS: Final[frozenset[str]] = (
+    MAINTENANCE_S3_OBJECT_ACTIONS | MAINTENANCE_S3_BUCKET_ACTIONS | MAINTENANCE_KMS_ACTIONS
+)
+
 
 def _statement(
     sid: str, actions: frozenset[str], resources: list[str], condition: dict[str, Any] | None = None
@@ -143,7 +174,15 @@ def _statement(
     return statement
 
 
-def _kms_statements(bucket_arn: str, object_arns: str, kms_key_arn: str, region: str) -> list[dict[str, Any]]:
+def _kms_statements(
+    bucket_arn: str,
+    object_arns: str,
+    kms_key_arn: str,
+    region: str,
+    *,
+    wrap: tuple[str, frozenset[str]] = ("WrapStoreKeys", KMS_KEY_WRAP_ACTIONS),
+) -> list[dict[str, Any]]:
+    wrap_sid, wrap_actions = wrap
     return [
         _statement(
             "SseKmsThroughS3",
@@ -155,8 +194,8 @@ def _kms_statements(bucket_arn: str, object_arns: str, kms_key_arn: str, region:
             },
         ),
         _statement(
-            "WrapStoreKeys",
-            KMS_KEY_WRAP_ACTIONS,
+            wrap_sid,
+            wrap_actions,
             [kms_key_arn],
             {
                 "ForAllValues:StringEquals": {"kms:EncryptionContextKeys": list(S3CKPT_ENCRYPTION_CONTEXT_KEYS)},
@@ -200,5 +239,25 @@ def operator_policy(bucket: str, kms_key_arn: str, *, region: str, partition: st
             _statement("ListEverything", OPERATOR_S3_BUCKET_ACTIONS, [bucket_arn]),
             _statement("ReadWriteDeleteEverything", OPERATOR_S3_OBJECT_ACTIONS, [objects]),
             *_kms_statements(bucket_arn, objects, kms_key_arn, region),
+        ],
+    }
+
+
+def maintenance_policy(bucket: str, prefix: str, kms_key_arn: str, *, region: str, partition: str = "aws") -> dict[str, Any]:
+    """The scheduled maintenance job's identity policy for the tenant at ``s3://<bucket>/<prefix>``,
+    as ``terraform/maintenance.tf`` renders it (``data.aws_iam_policy_document.maintenance``)."""
+    prefix = _check_prefix(prefix)
+    bucket_arn = f"arn:{partition}:s3:::{bucket}"
+    objects = f"{bucket_arn}/{prefix}/*"
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            _statement(
+                "ListOwnPrefix", MAINTENANCE_S3_BUCKET_ACTIONS, [bucket_arn], {"StringLike": {"s3:prefix": [f"{prefix}/*"]}}
+            ),
+            _statement("ReadWriteDeleteOwnPrefix", MAINTENANCE_S3_OBJECT_ACTIONS, [objects]),
+            *_kms_statements(
+                bucket_arn, objects, kms_key_arn, region, wrap=("UnwrapStoreKeys", MAINTENANCE_KMS_UNWRAP_ACTIONS)
+            ),
         ],
     }

@@ -2,7 +2,10 @@
 # Use it in a worker as open_store("s3://<bucket>/<tenant>", key="kms:<kms_key_arn output>").
 
 locals {
-  key_user_arns = concat([for name in keys(local.tenants) : aws_iam_role.worker[name].arn], [aws_iam_role.operator.arn])
+  # Roles that wrap store keys (create a store, `s3ckpt key add`): workers and the operator.
+  key_wrapper_arns = concat([for name in keys(local.tenants) : aws_iam_role.worker[name].arn], [aws_iam_role.operator.arn])
+  # Roles that use the key at all: those, and the maintenance roles (SSE-KMS and unwrapping only).
+  key_user_arns = concat(local.key_wrapper_arns, local.maintenance_role_arns)
 }
 
 data "aws_iam_policy_document" "kms" {
@@ -66,14 +69,39 @@ data "aws_iam_policy_document" "kms" {
     }
   }
 
+  # s3ckpt's kms: key files, split by action: every role unwraps (open_store); only workers and the
+  # operator wrap (store creation, `s3ckpt key add`), so a maintenance role gets no kms:Encrypt here.
   statement {
-    sid       = "S3ckptRolesWrapStoreKeys"
-    actions   = ["kms:Decrypt", "kms:Encrypt"]
+    sid       = "S3ckptRolesUnwrapStoreKeys"
+    actions   = ["kms:Decrypt"]
     resources = ["*"]
 
     principals {
       type        = "AWS"
       identifiers = local.key_user_arns
+    }
+
+    condition {
+      test     = "ForAllValues:StringEquals"
+      variable = "kms:EncryptionContextKeys"
+      values   = ["s3ckpt:key", "s3ckpt:store"]
+    }
+
+    condition {
+      test     = "Null"
+      variable = "kms:EncryptionContextKeys"
+      values   = ["false"]
+    }
+  }
+
+  statement {
+    sid       = "S3ckptRolesWrapStoreKeys"
+    actions   = ["kms:Encrypt"]
+    resources = ["*"]
+
+    principals {
+      type        = "AWS"
+      identifiers = local.key_wrapper_arns
     }
 
     condition {

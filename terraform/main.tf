@@ -27,7 +27,6 @@ locals {
     ]
   ])
 
-  retained_tenants = { for name, t in local.tenants : name => t if t.run_retention_days != null }
 }
 
 resource "aws_s3_bucket" "this" {
@@ -80,6 +79,9 @@ resource "aws_s3_bucket_server_side_encryption_configuration" "this" {
 resource "aws_s3_bucket_lifecycle_configuration" "this" {
   bucket = aws_s3_bucket.this.id
 
+  # Only what can never be live expires here. No rule expires current records or packs by their age:
+  # with deduplication a live run's latest checkpoint can reference a pack older than any age limit.
+  # Retention is s3ckpt's own prune and gc (maintenance.tf), which mark from every record first.
   # Noncurrent-version rules need versioning in place first.
   depends_on = [aws_s3_bucket_versioning.this]
 
@@ -100,47 +102,15 @@ resource "aws_s3_bucket_lifecycle_configuration" "this" {
 
     filter {}
 
-    # Replaced HEAD pointers (one per commit) and deleted objects: kept for the recovery window,
-    # then removed for good. Removing the delete markers left behind keeps listings fast.
+    # Replaced HEAD pointers (one per commit), and what prune and gc deleted: s3ckpt reads only
+    # current versions, so these are never live. Kept for the recovery window (verify reports a
+    # deleted log record within it), then removed for good; so are the delete markers left behind.
     noncurrent_version_expiration {
       noncurrent_days = var.noncurrent_version_expiration_days
     }
 
     expiration {
       expired_object_delete_marker = true
-    }
-  }
-
-  # Optional retention of whole runs, per tenant (see the tenants variable for the caveat).
-  dynamic "rule" {
-    for_each = local.retained_tenants
-    content {
-      id     = "expire-runs-${rule.key}"
-      status = "Enabled"
-
-      filter {
-        prefix = "${rule.value.prefix}/runs/"
-      }
-
-      expiration {
-        days = rule.value.run_retention_days
-      }
-    }
-  }
-
-  dynamic "rule" {
-    for_each = local.retained_tenants
-    content {
-      id     = "expire-packs-${rule.key}"
-      status = "Enabled"
-
-      filter {
-        prefix = "${rule.value.prefix}/packs/"
-      }
-
-      expiration {
-        days = rule.value.run_retention_days
-      }
     }
   }
 }
@@ -176,8 +146,9 @@ data "aws_iam_policy_document" "bucket" {
   }
 
   # A commit record is the commit point of a run: it must be created with If-None-Match: * so that
-  # exactly one writer wins each sequence number, and never replaced. The operator is exempt because
-  # run deletion (docs/FORMAT.md, "Deleted runs") replaces records with tombstones.
+  # exactly one writer wins each sequence number, and never replaced. The operator and the maintenance
+  # roles are exempt because run deletion and prune (docs/FORMAT.md, "Deleted runs") replace records
+  # with tombstones instead of deleting their keys.
   statement {
     sid       = "RequireIfNoneMatchOnWriteOnceObjects"
     effect    = "Deny"
@@ -198,7 +169,7 @@ data "aws_iam_policy_document" "bucket" {
     condition {
       test     = "ArnNotEquals"
       variable = "aws:PrincipalArn"
-      values   = [aws_iam_role.operator.arn]
+      values   = local.record_replacer_arns
     }
   }
 }

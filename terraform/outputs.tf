@@ -47,3 +47,13 @@ output "operator_role_name" {
   description = "Name of the operator role."
   value       = aws_iam_role.operator.name
 }
+
+output "maintenance_function_names" {
+  description = "Name of each tenant's scheduled maintenance function, by tenant (empty unless maintenance_enabled); invoke one with {\"dry_run\": true} to see what it would delete."
+  value       = { for name, fn in aws_lambda_function.maintenance : name => fn.function_name }
+}
+
+output "maintenance_role_arns" {
+  description = "ARN of each tenant's maintenance role, by tenant (empty unless maintenance_enabled)."
+  value       = { for name, role in aws_iam_role.maintenance : name => role.arn }
+}

@@ -15,18 +15,21 @@ variable "tenants" {
       trusted_services   - AWS services that may assume the worker role, e.g. ["ecs-tasks.amazonaws.com"],
                            ["ec2.amazonaws.com"] or ["lambda.amazonaws.com"].
       trusted_role_arns  - IAM principals (ARNs) that may assume the worker role (CI, another account).
-      run_retention_days - optional: expire the tenant's runs/ and packs/ objects this many days after
-                           each was written (a delete marker; the data stays recoverable for
-                           noncurrent_version_expiration_days more). Lifecycle counts each object's own
-                           age, so set it only for tenants whose runs finish well within that time: an
-                           older run loses its first records and packs, which its later checkpoints may
-                           still reference through deduplication. Leave null (the default) to keep runs
-                           until s3ckpt prunes them.
+      retention          - optional: what the scheduled maintenance job (maintenance_enabled) keeps of
+                           each run when it prunes: { keep_last = N, keep_within_days = D }. A checkpoint
+                           is kept when either keeps it; a run's latest checkpoint, a claim's checkpoint
+                           and rollback targets always stay (s3ckpt's prune). Leave both null (the
+                           default) to keep every checkpoint; gc still frees what nothing references
+                           (deleted runs, aborted commits). No S3 lifecycle rule expires records or packs
+                           by age: with deduplication that deletes live data.
   EOT
   type = map(object({
-    trusted_services   = optional(list(string), [])
-    trusted_role_arns  = optional(list(string), [])
-    run_retention_days = optional(number)
+    trusted_services  = optional(list(string), [])
+    trusted_role_arns = optional(list(string), [])
+    retention = optional(object({
+      keep_last        = optional(number)
+      keep_within_days = optional(number)
+    }), {})
   }))
 
   validation {
@@ -46,8 +49,15 @@ variable "tenants" {
   }
 
   validation {
-    condition     = alltrue([for t in values(var.tenants) : t.run_retention_days == null ? true : t.run_retention_days >= 1])
-    error_message = "run_retention_days is null or at least 1."
+    condition = alltrue([
+      for t in values(var.tenants) : t.retention.keep_last == null ? true : (t.retention.keep_last >= 1 && floor(t.retention.keep_last) == t.retention.keep_last)
+    ])
+    error_message = "retention.keep_last is null or a whole number of checkpoints, at least 1."
+  }
+
+  validation {
+    condition     = alltrue([for t in values(var.tenants) : t.retention.keep_within_days == null ? true : t.retention.keep_within_days > 0])
+    error_message = "retention.keep_within_days is null or a number of days greater than 0."
   }
 }
 
@@ -129,4 +139,100 @@ variable "tags" {
   description = "Tags for every resource that takes them."
   type        = map(string)
   default     = {}
+}
+
+# -- scheduled maintenance (maintenance.tf): prune with each tenant's retention, then gc ------------
+
+variable "maintenance_enabled" {
+  description = "Create the scheduled maintenance job: per tenant, a Lambda function (s3ckpt.aws_maintenance.handler) that an EventBridge rule invokes to prune with the tenant's retention, then gc. Needs maintenance_package_path or maintenance_package_s3."
+  type        = bool
+  default     = false
+}
+
+variable "maintenance_schedule_expression" {
+  description = "When the maintenance job runs: an EventBridge schedule expression, rate(...) or cron(...) in UTC."
+  type        = string
+  default     = "rate(1 day)"
+
+  validation {
+    condition     = can(regex("^(rate|cron)\\(.+\\)$", var.maintenance_schedule_expression))
+    error_message = "maintenance_schedule_expression is rate(...) or cron(...), e.g. \"rate(1 day)\" or \"cron(0 3 * * ? *)\"."
+  }
+}
+
+variable "maintenance_gc_grace_hours" {
+  description = "gc deletes an unreferenced pack only when its S3 age (LastModified) exceeds this: longer than the longest commit of any worker (first pack upload to record create), with room for a paused host."
+  type        = number
+  default     = 24
+
+  validation {
+    condition     = var.maintenance_gc_grace_hours >= 1
+    error_message = "maintenance_gc_grace_hours must be at least 1."
+  }
+}
+
+variable "maintenance_dry_run" {
+  description = "Run prune and gc as dry runs (they report what they would delete and delete nothing): for a first deployment."
+  type        = bool
+  default     = false
+}
+
+variable "maintenance_package_path" {
+  description = "Local path of the maintenance function's zip (s3ckpt and its dependencies, built with pip install --target; see README). Set this or maintenance_package_s3."
+  type        = string
+  default     = null
+}
+
+variable "maintenance_package_s3" {
+  description = "The maintenance function's zip as an S3 object: { bucket, key, object_version (optional) }. Set this or maintenance_package_path."
+  type = object({
+    bucket         = string
+    key            = string
+    object_version = optional(string)
+  })
+  default = null
+}
+
+variable "maintenance_runtime" {
+  description = "Lambda runtime of the maintenance function; the package must be built for it (pip --python-version)."
+  type        = string
+  default     = "python3.12"
+
+  validation {
+    condition     = can(regex("^python3\\.(1[1-9])$", var.maintenance_runtime))
+    error_message = "maintenance_runtime is a Lambda Python runtime s3ckpt supports, python3.11 or later."
+  }
+}
+
+variable "maintenance_timeout_seconds" {
+  description = "Timeout of one maintenance run (at most 900, Lambda's limit): prune and gc list and read every record of the tenant."
+  type        = number
+  default     = 900
+
+  validation {
+    condition     = var.maintenance_timeout_seconds >= 30 && var.maintenance_timeout_seconds <= 900
+    error_message = "maintenance_timeout_seconds must be between 30 and 900."
+  }
+}
+
+variable "maintenance_memory_mb" {
+  description = "Memory of the maintenance function, in MB (also its CPU share)."
+  type        = number
+  default     = 1024
+
+  validation {
+    condition     = var.maintenance_memory_mb >= 256 && var.maintenance_memory_mb <= 10240
+    error_message = "maintenance_memory_mb must be between 256 and 10240."
+  }
+}
+
+variable "maintenance_log_retention_days" {
+  description = "Retention of the maintenance function's CloudWatch log group, in days (a value CloudWatch Logs accepts)."
+  type        = number
+  default     = 365
+
+  validation {
+    condition     = contains([1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653], var.maintenance_log_retention_days)
+    error_message = "maintenance_log_retention_days must be a retention CloudWatch Logs accepts (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288 or 3653)."
+  }
 }

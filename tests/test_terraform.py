@@ -22,7 +22,7 @@ from s3ckpt import aws_permissions as perms
 from s3ckpt.backends import MemoryBackend, PutMode, PutResult
 
 TERRAFORM = Path(__file__).resolve().parent.parent / "terraform"
-MODULE_FILES = ("versions.tf", "variables.tf", "main.tf", "kms.tf", "iam.tf", "outputs.tf")
+MODULE_FILES = ("versions.tf", "variables.tf", "main.tf", "kms.tf", "iam.tf", "maintenance.tf", "outputs.tf")
 EXAMPLES = ("ecs-worker", "lambda-worker")
 TF_FILES = sorted(TERRAFORM.rglob("*.tf"))
 
@@ -161,6 +161,11 @@ def operator_policy_from_tf(*, bucket: str, kms_key_arn: str, region: str = "us-
     return render_policy(policy_document("operator"), module_refs(bucket=bucket, kms_key_arn=kms_key_arn, region=region))
 
 
+def maintenance_policy_from_tf(*, bucket: str, prefix: str, kms_key_arn: str, region: str = "us-east-1") -> dict[str, Any]:
+    refs = module_refs(bucket=bucket, kms_key_arn=kms_key_arn, region=region, prefix=prefix)
+    return render_policy(policy_document("maintenance"), refs)
+
+
 def actions(policy: Mapping[str, Any], *, prefix: str = "") -> set[str]:
     return {a for s in policy["Statement"] if s["Effect"] == "Allow" for a in s["Action"] if a.startswith(prefix)}
 
@@ -240,11 +245,15 @@ def test_rendered_policies_equal_the_library_documents() -> None:
     assert normalize(operator_policy_from_tf(bucket="bkt", kms_key_arn=KEY_ARN, region="eu-west-1")) == normalize(
         perms.operator_policy("bkt", KEY_ARN, region="eu-west-1")
     )
+    assert normalize(
+        maintenance_policy_from_tf(bucket="bkt", prefix="team-a", kms_key_arn=KEY_ARN, region="eu-west-1")
+    ) == normalize(perms.maintenance_policy("bkt", "team-a", KEY_ARN, region="eu-west-1"))
 
 
 def test_every_action_says_why_and_the_roles_nest() -> None:
-    assert set(perms.ACTION_REASONS) == perms.OPERATOR_ACTIONS | perms.WORKER_ACTIONS
+    assert set(perms.ACTION_REASONS) == perms.OPERATOR_ACTIONS | perms.WORKER_ACTIONS | perms.MAINTENANCE_ACTIONS
     assert perms.WORKER_ACTIONS < perms.OPERATOR_ACTIONS
+    assert perms.MAINTENANCE_ACTIONS < perms.OPERATOR_ACTIONS
     assert {"s3:DeleteObject", "s3:GetObjectVersion", "s3:ListBucketVersions"} == perms.OPERATOR_ACTIONS - perms.WORKER_ACTIONS
     with pytest.raises(ValueError, match="tenant prefix"):
         perms.worker_policy("b", "/", KEY_ARN, region="us-east-1")
@@ -260,29 +269,49 @@ def test_key_policy_lets_only_the_roles_use_the_key_with_the_same_conditions() -
     assert not {"kms:Decrypt", "kms:Encrypt", "kms:GenerateDataKey", "kms:*"} & set(admin["actions"]), (
         "the account administers the key but does not use it"
     )
-    users = [s for sid, s in by_sid.items() if sid != "AccountAdministersTheKey"]
-    assert {a for s in users for a in s["actions"]} == perms.WORKER_KMS_ACTIONS
-    for s in users:
-        assert s["principals"][0]["identifiers"] == "${local.key_user_arns}"
-    # Each use statement carries the conditions of the roles' identity statement with the same
-    # actions; without them the key policy alone would grant the key unconditionally.
+    users = {sid: s for sid, s in by_sid.items() if sid != "AccountAdministersTheKey"}
+    assert {a for s in users.values() for a in s["actions"]} == perms.WORKER_KMS_ACTIONS
+    # Every role uses the key through S3 and unwraps store keys; only workers and the operator wrap.
+    principals = {sid: s["principals"][0]["identifiers"] for sid, s in users.items()}
+    assert principals == {
+        "S3ckptRolesUseTheKeyThroughS3": "${local.key_user_arns}",
+        "S3ckptRolesUnwrapStoreKeys": "${local.key_user_arns}",
+        "S3ckptRolesWrapStoreKeys": "${local.key_wrapper_arns}",
+    }
+    assert users["S3ckptRolesWrapStoreKeys"]["actions"] == ["kms:Encrypt"]
+    # Each use statement carries the conditions of the identity statements that grant its actions
+    # (by Sid); without them the key policy alone would grant the key unconditionally.
     refs = module_refs(bucket="b", kms_key_arn=KEY_ARN, prefix="t")
-    identity = {
-        tuple(s["Action"]): s.get("Condition")
-        for s in worker_policy_from_tf(bucket="b", prefix="t", kms_key_arn=KEY_ARN)["Statement"]
+    identity_sids = {
+        "S3ckptRolesUseTheKeyThroughS3": {"SseKmsThroughS3"},
+        "S3ckptRolesUnwrapStoreKeys": {"WrapStoreKeys", "UnwrapStoreKeys"},
+        "S3ckptRolesWrapStoreKeys": {"WrapStoreKeys"},
     }
-    operator = {
-        tuple(s["Action"]): s.get("Condition") for s in operator_policy_from_tf(bucket="b", kms_key_arn=KEY_ARN)["Statement"]
+    policies = {
+        "operator": operator_policy_from_tf(bucket="b", kms_key_arn=KEY_ARN),
+        "worker": worker_policy_from_tf(bucket="b", prefix="t", kms_key_arn=KEY_ARN),
+        "maintenance": maintenance_policy_from_tf(bucket="b", prefix="t", kms_key_arn=KEY_ARN),
     }
-    for s in users:
+    for sid, s in users.items():
         conditions: dict[str, dict[str, list[str]]] = {}
         for c in s["condition"]:
             conditions.setdefault(c["test"], {})[c["variable"]] = sorted(substitute(v, refs) for v in c["values"])
-        assert conditions == operator[tuple(sorted(s["actions"]))]
-        assert conditions.keys() == identity[tuple(sorted(s["actions"]))].keys()
-    key_users = locals_()["key_user_arns"]
-    assert "aws_iam_role.worker[name].arn" in key_users
-    assert "aws_iam_role.operator.arn" in key_users
+        for role, policy in policies.items():
+            granting = [st for st in policy["Statement"] if st["Sid"] in identity_sids[sid]]
+            if role == "maintenance" and sid == "S3ckptRolesWrapStoreKeys":
+                assert not granting
+                continue
+            assert len(granting) == 1, (role, sid)
+            assert set(s["actions"]) <= set(granting[0]["Action"]), (role, sid)
+            if role == "operator":  # the whole bucket: the same values
+                assert granting[0]["Condition"] == conditions, sid
+            else:  # one tenant: the same condition keys, narrower values
+                assert {t: set(v) for t, v in granting[0]["Condition"].items()} == {t: set(v) for t, v in conditions.items()}
+    key_wrappers = locals_()["key_wrapper_arns"]
+    assert "aws_iam_role.worker[name].arn" in key_wrappers
+    assert "aws_iam_role.operator.arn" in key_wrappers
+    assert "maintenance" not in key_wrappers, "a maintenance role never wraps a key"
+    assert "local.maintenance_role_arns" in locals_()["key_user_arns"]
 
 
 def test_kms_key_rotates_and_is_the_bucket_key() -> None:
@@ -345,9 +374,14 @@ def test_bucket_policy_requires_if_none_match_on_commit_records() -> None:
     conditions = {c["test"]: c for c in statement["condition"]}
     assert conditions["Null"]["variable"] == "s3:if-none-match"
     assert conditions["Null"]["values"] == ["true"]
-    # Only the operator may replace a record (run deletion writes tombstones over records).
+    # Only the operator and the maintenance roles may replace a record (run deletion and prune write
+    # tombstones over records).
     assert conditions["ArnNotEquals"]["variable"] == "aws:PrincipalArn"
-    assert conditions["ArnNotEquals"]["values"] == ["${aws_iam_role.operator.arn}"]
+    assert conditions["ArnNotEquals"]["values"] == "${local.record_replacer_arns}"
+    replacers = locals_()["record_replacer_arns"]
+    assert "aws_iam_role.operator.arn" in replacers
+    assert "local.maintenance_role_arns" in replacers
+    assert "worker" not in replacers
     assert "runs/*/log/*" in write_once_patterns()
 
 
@@ -400,7 +434,7 @@ def test_the_write_once_objects_are_exactly_what_s3ckpt_creates_with_if_none_mat
     assert any(m != "create" for _, m in heads), "HEAD is replaced in place (If-Match), so it must stay outside the deny"
 
 
-def test_bucket_lifecycle_aborts_multipart_uploads_after_a_day_and_expires_old_versions() -> None:
+def test_bucket_lifecycle_expires_only_what_cannot_be_live() -> None:
     lifecycle = resource("aws_s3_bucket_lifecycle_configuration")
     rules = {r["id"]: r for r in lifecycle["rule"]}
     abort = rules["abort-incomplete-multipart-uploads"]
@@ -411,13 +445,17 @@ def test_bucket_lifecycle_aborts_multipart_uploads_after_a_day_and_expires_old_v
     assert noncurrent["status"] == "Enabled"
     assert noncurrent["filter"] == [{}]
     assert noncurrent["noncurrent_version_expiration"][0]["noncurrent_days"] == "${var.noncurrent_version_expiration_days}"
-    # Optional retention of whole runs: one rule per tenant that sets run_retention_days.
-    dynamic = [d["rule"] for d in lifecycle["dynamic"]]
-    assert {d["for_each"] for d in dynamic} == {"${local.retained_tenants}"}
-    assert sorted(d["content"][0]["filter"][0]["prefix"] for d in dynamic) == [
-        "${rule.value.prefix}/packs/",
-        "${rule.value.prefix}/runs/",
-    ]
+    # No rule expires a current object by its age: with deduplication a live run's latest checkpoint
+    # can name a pack older than any limit. Only the delete markers that nothing is behind go.
+    assert set(rules) == {"abort-incomplete-multipart-uploads", "expire-noncurrent-versions"}
+    assert "dynamic" not in lifecycle, "no generated (per-tenant) rules"
+    for rule in rules.values():
+        for expiration in rule.get("expiration", []):
+            assert set(expiration) == {"expired_object_delete_marker"}, f"rule {rule['id']} expires current objects"
+        assert "transition" not in rule
+    tenant_type = next(body for block in module()["variable"] for name, body in block.items() if name == "tenants")["type"]
+    assert "run_retention_days" not in tenant_type
+    assert "retention" in tenant_type
 
 
 def test_access_logging_is_optional() -> None:
@@ -438,6 +476,95 @@ def test_worker_roles_are_per_tenant_with_a_configurable_trust() -> None:
     policy = resource("aws_iam_role_policy", "worker")
     assert policy["policy"] == "${data.aws_iam_policy_document.worker[each.key].json}"
     assert resource("aws_iam_role_policy", "operator")["policy"] == "${data.aws_iam_policy_document.operator.json}"
+
+
+# -- scheduled maintenance (maintenance.tf) -------------------------------------------------------------
+
+
+def _variable(name: str) -> dict[str, Any]:
+    return next(body for block in module()["variable"] for n, body in block.items() if n == name)
+
+
+def test_maintenance_policy_grants_exactly_the_library_actions_in_one_tenant() -> None:
+    policy = maintenance_policy_from_tf(bucket="b", prefix="t", kms_key_arn=KEY_ARN)
+    assert actions(policy) == perms.MAINTENANCE_ACTIONS
+    assert "kms:Encrypt" not in actions(policy), "the job opens an existing store and never wraps a key"
+    assert not {"s3:DeleteObjectVersion", "s3:GetObjectVersion", "s3:ListBucketVersions"} & actions(policy)
+    assert not any("*" in a for a in actions(policy)), "no wildcard actions"
+    by_sid = {s["Sid"]: s for s in policy["Statement"]}
+    assert set(by_sid["ReadWriteDeleteOwnPrefix"]["Action"]) == perms.MAINTENANCE_S3_OBJECT_ACTIONS
+    assert by_sid["ReadWriteDeleteOwnPrefix"]["Resource"] == ["arn:aws:s3:::b/t/*"]
+    assert by_sid["ListOwnPrefix"]["Condition"] == {"StringLike": {"s3:prefix": ["t/*"]}}
+    for sid in ("SseKmsThroughS3", "UnwrapStoreKeys"):
+        assert by_sid[sid]["Resource"] == [KEY_ARN]
+    assert set(by_sid["UnwrapStoreKeys"]["Action"]) == perms.MAINTENANCE_KMS_UNWRAP_ACTIONS
+    assert (
+        resource("aws_iam_role_policy", "maintenance")["policy"] == "${data.aws_iam_policy_document.maintenance[each.key].json}"
+    )
+
+
+def test_maintenance_is_off_by_default_and_every_resource_follows_the_switch() -> None:
+    assert _variable("maintenance_enabled")["default"] is False
+    assert locals_()["maintained_tenants"] == "${var.maintenance_enabled ? local.tenants : {}}"
+    parsed = load_tf(TERRAFORM / "maintenance.tf")
+    kinds = [(kind, name) for block in parsed["resource"] for kind, by_name in block.items() for name in by_name]
+    assert {kind for kind, _ in kinds} >= {
+        "aws_iam_role",
+        "aws_lambda_function",
+        "aws_cloudwatch_event_rule",
+        "aws_cloudwatch_event_target",
+        "aws_lambda_permission",
+    }
+    for kind, name in kinds:
+        assert resource(kind, name)["for_each"] == "${local.maintained_tenants}", f"{kind}.{name} ignores maintenance_enabled"
+
+
+def test_maintenance_function_runs_the_handler_with_the_environment_it_reads() -> None:
+    from s3ckpt import aws_maintenance
+
+    function = resource("aws_lambda_function", "maintenance")
+    module_name, _, attribute = function["handler"].rpartition(".")
+    assert module_name == aws_maintenance.__name__
+    assert callable(getattr(aws_maintenance, attribute))
+    assert function["role"] == "${aws_iam_role.maintenance[each.key].arn}"
+    assert function["reserved_concurrent_executions"] == 1, "one run at a time per tenant"
+    assert function["environment"][0]["variables"] == "${local.maintenance_environment[each.key]}"
+    environment = locals_()["maintenance_environment"]
+    names = set(re.findall(r"\b(S3CKPT_[A-Z_]+)\s*=", environment))
+    assert names <= aws_maintenance.ENVIRONMENT, f"the handler does not read {names - aws_maintenance.ENVIRONMENT}"
+    required = {"S3CKPT_URL", "S3CKPT_KEY", "S3CKPT_GC_GRACE_SECONDS", "S3CKPT_DRY_RUN"}
+    assert names >= required | {"S3CKPT_KEEP_LAST", "S3CKPT_KEEP_WITHIN_DAYS"}
+    assert "kms:${aws_kms_key.this.arn}" in environment, "the job opens the store with the module's KMS key"
+    assert "floor(var.maintenance_gc_grace_hours * 3600)" in environment
+    # The smallest grace the module allows exceeds the writers' default commit deadline, which gc requires.
+    assert "var.maintenance_gc_grace_hours >= 1" in _variable("maintenance_gc_grace_hours")["validation"][0]["condition"]
+    assert s3ckpt.StoreOptions().commit_deadline < 3600
+    # The code comes from exactly one of the two package variables.
+    precondition = function["lifecycle"][0]["precondition"][0]["condition"]
+    assert "var.maintenance_package_path == null" in precondition
+    assert "var.maintenance_package_s3 == null" in precondition
+
+
+def test_maintenance_runs_on_a_schedule_that_only_its_rule_may_invoke() -> None:
+    rule = resource("aws_cloudwatch_event_rule", "maintenance")
+    assert rule["schedule_expression"] == "${var.maintenance_schedule_expression}"
+    assert _variable("maintenance_schedule_expression")["default"] == "rate(1 day)"
+    target = resource("aws_cloudwatch_event_target", "maintenance")
+    assert target["rule"] == "${aws_cloudwatch_event_rule.maintenance[each.key].name}"
+    assert target["arn"] == "${aws_lambda_function.maintenance[each.key].arn}"
+    permission = resource("aws_lambda_permission", "maintenance")
+    assert permission["principal"] == "events.amazonaws.com"
+    assert permission["action"] == "lambda:InvokeFunction"
+    assert permission["source_arn"] == "${aws_cloudwatch_event_rule.maintenance[each.key].arn}"
+    trust = policy_document("maintenance_trust")["statement"]
+    assert trust == [
+        {"sid": "AssumeMaintenanceRole", "actions": ["sts:AssumeRole"],
+         "principals": [{"type": "Service", "identifiers": ["lambda.amazonaws.com"]}]}
+    ]  # fmt: skip
+    # Logs: its own log group only, not AWSLambdaBasicExecutionRole's CreateLogGroup on "*".
+    (logs,) = policy_document("maintenance_logs")["statement"]
+    assert sorted(logs["actions"]) == ["logs:CreateLogStream", "logs:PutLogEvents"]
+    assert logs["resources"] == ["${aws_cloudwatch_log_group.maintenance[each.key].arn}:*"]
 
 
 def test_readme_documents_inputs_outputs_and_what_moto_does_not_check() -> None:
