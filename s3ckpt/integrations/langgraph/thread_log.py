@@ -1,0 +1,137 @@
+"""The log of a thread's namespace: reading what changed into the index, and appending a record.
+
+Every read of a run is one LIST of its prefix (``log/`` and ``writes/``), then a GET of each new
+record or writes object, in parallel. Every record (a put, or a marker of a deletion) is created
+with create-if-absent at the next seq after the last record this saver observed: if another writer
+appended since, the seq is taken and the call raises :class:`s3ckpt.ConflictError`, so two graphs
+cannot fork one thread.
+"""
+
+from __future__ import annotations
+
+import builtins
+import secrets
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from ..._names import parse_seq
+from ...errors import ConflictError, FencedError, RunDeletedError
+from ...log import Entry
+from ...records import RECORD_SCHEMA_VERSION, CommitRecord, Manifest
+from .ids import RUN_PREFIX, parse_run_id, run_id_for
+from .index import _add_writes, _apply, _Log, _objects, _remove_writes
+from .writes import WritesObjects
+
+#: Runs whose index a saver keeps in memory (least recently used are dropped).
+_MAX_CACHED_RUNS = 4096
+
+
+class LogView(WritesObjects):
+    """The saver's view of the logs of its threads (a part of :class:`S3ckptSaver`)."""
+
+    writer_id: str
+    _logs: OrderedDict[str, _Log]
+    _logs_lock: threading.Lock
+
+    def _log_of(self, thread_id: str, ns: str) -> _Log:
+        run_id = run_id_for(thread_id, ns)
+        with self._logs_lock:
+            lg = self._logs.get(run_id)
+            if lg is None:
+                lg = _Log(self.store.run(run_id), thread_id, ns)
+                self._logs[run_id] = lg
+                if len(self._logs) > _MAX_CACHED_RUNS:
+                    for key, old in builtins.list(self._logs.items())[: len(self._logs) - _MAX_CACHED_RUNS]:
+                        if not old.lock.locked() and not old.commit.locked():
+                            del self._logs[key]
+            else:
+                self._logs.move_to_end(run_id)
+            return lg
+
+    def _thread_namespaces(self, thread_id: str | None) -> builtins.list[tuple[str, str]]:
+        found = (parse_run_id(run_id) for run_id in self.store.runs() if run_id.startswith(RUN_PREFIX))
+        return sorted(p for p in found if p is not None and (thread_id is None or p[0] == thread_id))
+
+    def _sync(self, lg: _Log) -> None:
+        """Read what changed since this saver last looked (everything the first time): one LIST of
+        the run's prefix (``log/`` and ``writes/``), then the new records and the new or changed
+        writes objects, in parallel. Writes objects no longer listed (pruned) are dropped."""
+        run = lg.run
+        prefix = run.prefix
+        seqs: builtins.list[int] = []
+        listed: dict[str, str | None] = {}
+        for info in self.store.backend.list(prefix):
+            rest = info.key[len(prefix) :]
+            if rest.startswith("log/"):
+                seq = parse_seq(rest[len("log/") :])
+                if seq is not None:
+                    seqs.append(seq)
+            elif rest.startswith("writes/"):
+                listed[info.key] = info.etag
+        after = lg.tail.record.seq if lg.loaded and lg.tail is not None else -1
+        wanted = [
+            (key, etag)
+            for key, etag in listed.items()
+            if key not in lg.wobjs or (etag is not None and lg.wobjs[key].etag != etag)
+        ]
+        futures = [self.store.pool.submit(run._load, s) for s in sorted(seqs) if s > after]
+        found = self._fetch_writes(run.run_id, wanted)
+        entries = [e for e in (f.result() for f in futures) if e is not None]
+        lg.loaded = True
+        for entry in sorted(entries, key=lambda e: e.record.seq):
+            _apply(lg, entry)
+        for key in [k for k in _objects(lg.wobjs) if k not in listed]:
+            _remove_writes(lg, key)
+        for wo in found:
+            _add_writes(lg, wo)
+
+    def _append(self, lg: _Log, state: dict[str, Any], artifacts: Mapping[str, Manifest], *, drop: bool = False) -> Entry:
+        """Commit ``state`` at the seq after the last record observed; ConflictError if taken.
+        Call holding ``lg.commit`` and ``lg.lock``; ``lg.lock`` is released during the PUT (the
+        position cannot move meanwhile: everything that moves it holds ``lg.commit``)."""
+        tail = lg.tail
+        seq = tail.record.seq + 1 if tail is not None else 0
+        epoch = tail.record.epoch if tail is not None else 1
+        record = CommitRecord(
+            schema_version=RECORD_SCHEMA_VERSION,
+            kind="deleted" if drop else "checkpoint",
+            run_id=lg.run.run_id,
+            seq=seq,
+            epoch=epoch + 1 if drop else epoch,
+            writer_id=self.writer_id,
+            write_id=secrets.token_hex(16),
+            prev=tail.digest if tail is not None else None,
+            created_at=datetime.now(UTC),
+            checkpoint_seq=None if drop else seq,
+            state=state,
+            artifacts=dict(artifacts),
+            meta={"langgraph": state["op"]},
+        )
+        lg.lock.release()
+        try:
+            entry, ours = lg.run._put_record(record)
+        finally:
+            lg.lock.acquire()
+        if not ours:
+            raise self._conflict(lg, record, entry.record)
+        _apply(lg, entry)
+        return entry
+
+    @staticmethod
+    def _conflict(lg: _Log, mine: CommitRecord | None, other: CommitRecord) -> ConflictError:
+        epoch = mine.epoch if mine is not None else other.epoch
+        if other.kind == "deleted":
+            return RunDeletedError(run_id=lg.run.run_id, seq=other.seq, epoch=epoch, newer_epoch=other.epoch)
+        if other.epoch > epoch:
+            return FencedError(run_id=lg.run.run_id, seq=other.seq, epoch=epoch, newer_epoch=other.epoch)
+        return ConflictError(
+            f"LangGraph thread {lg.thread_id!r} (namespace {lg.ns!r}, run {lg.run.run_id!r}): seq {other.seq} was "
+            "committed by another writer since this saver last read the thread, so two graphs are running the "
+            "thread at once. This one stops here, and the thread does not fork; read the thread again "
+            "(invoke, get_state) to continue from the other's checkpoint.",
+            run_id=lg.run.run_id,
+            seq=other.seq,
+        )

@@ -1,0 +1,117 @@
+"""Writes objects: the pending writes of one ``put_writes`` call, as one sealed object beside the log.
+
+``runs/<run>/writes/<checkpoint>/<task>/<writer>/<indexes>`` (``ids.writes_key``) holds the run,
+checkpoint and task ids, the task path, the writer, ``[idx, channel, ref]`` for each write, the
+manifests of its artifacts and the time it was written, as JSON sealed with the kind
+``langgraph-writes`` and its key as name, so it opens under no other key. It is created with
+create-if-absent and never overwritten (docs/langgraph.md, "Pending writes live beside the log").
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from ... import codec
+from ...errors import IntegrityError, ObjectNotFoundError, PreconditionFailedError
+from ...records import Manifest
+from ...store import Store
+from .ids import writes_key
+
+if TYPE_CHECKING:
+    from .index import _Log
+
+#: The kind a writes object is sealed as (docs/langgraph.md, "Pending writes").
+WRITES_KIND = "langgraph-writes"
+
+
+@dataclass(frozen=True)
+class _Writes:
+    """One writes object: the writes of one put_writes call of a task on a checkpoint."""
+
+    key: str
+    checkpoint_id: str
+    task: str
+    path: str
+    #: [idx, channel, ref] for each write
+    w: builtins.list[builtins.list[Any]]
+    artifacts: dict[str, Manifest]
+    #: when it was written (time_ns), the order in which writes of one (task, idx) apply
+    t: int
+    #: the saver (``writer_id``) that wrote it; None in objects written before writers were named
+    writer: str | None
+    etag: str | None = None
+
+    def ident(self, run_prefix: str) -> str:
+        """Its name whether it is an object or rides in a record: the key of its object."""
+        return writes_key(run_prefix, self.checkpoint_id, self.task, [w[0] for w in self.w], self.writer, self.t)
+
+
+class WritesObjects:
+    """The saver's reading and writing of writes objects (a part of :class:`S3ckptSaver`)."""
+
+    store: Store
+
+    @staticmethod
+    def _writes_name(key: str) -> str:
+        return key[len("runs/") :]
+
+    def _seal_writes(self, run_id: str, wo: _Writes) -> bytes:
+        document = {
+            "lg": 1,
+            "run": run_id,
+            "id": wo.checkpoint_id,
+            "task": wo.task,
+            "path": wo.path,
+            "w": wo.w,
+            "t": wo.t,
+            "a": {name: m.model_dump(mode="json") for name, m in wo.artifacts.items()},
+        }
+        if wo.writer is not None:
+            document["wr"] = wo.writer
+        return codec.seal_document(self.store.cipher, WRITES_KIND, self._writes_name(wo.key), json.dumps(document).encode())
+
+    def _open_writes(self, run_id: str, key: str, sealed: bytes, etag: str | None) -> _Writes:
+        plain = codec.open_document(self.store.cipher, WRITES_KIND, self._writes_name(key), sealed, key=key)
+        try:
+            doc = json.loads(plain)
+            wo = _Writes(
+                key=key,
+                checkpoint_id=str(doc["id"]),
+                task=str(doc["task"]),
+                path=str(doc["path"]),
+                w=[[int(idx), str(channel), dict(ref)] for idx, channel, ref in doc["w"]],
+                artifacts={str(n): Manifest.model_validate_json(json.dumps(m)) for n, m in doc["a"].items()},
+                t=int(doc["t"]),
+                writer=None if doc.get("wr") is None else str(doc["wr"]),
+                etag=etag,
+            )
+            run = doc["run"]
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
+            raise IntegrityError(f"{key} is not a valid LangGraph writes object: {exc}", key=key) from None
+        if run != run_id or wo.ident(self.store.names.prefix(run_id)) != key:
+            raise IntegrityError(f"{key} holds the writes of another run, checkpoint or task", key=key)
+        return wo
+
+    def _fetch_writes(self, run_id: str, infos: Sequence[tuple[str, str | None]]) -> builtins.list[_Writes]:
+        def one(key: str, etag: str | None) -> _Writes | None:
+            try:
+                got = self.store.backend.get(key)
+            except ObjectNotFoundError:
+                return None
+            return self._open_writes(run_id, key, got.data, got.etag or etag)
+
+        futures = [self.store.pool.submit(one, key, etag) for key, etag in infos]
+        return [wo for wo in (f.result() for f in futures) if wo is not None]
+
+    def _store_writes(self, lg: _Log, wo: _Writes) -> _Writes | None:
+        """Write a writes object, create-if-absent (a repeat is a no-op: None)."""
+        data = self._seal_writes(lg.run.run_id, wo)
+        try:
+            result = self.store.backend.put(wo.key, data, mode="create")
+        except PreconditionFailedError:
+            return None
+        return replace(wo, etag=result.etag)
