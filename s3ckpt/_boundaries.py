@@ -21,6 +21,11 @@ BOUNDARIES = (
     "mid-upload",  # a pack of a commit is stored; the commit's record is not
 )
 
+#: Points a test harness stalls a writer at (a kill there leaves what "mid-upload" leaves).
+STALL_POINTS = (
+    "before-record",  # a commit's packs are stored and it is about to create its record (in the writer's thread)
+)
+
 Hook = Callable[[str, str], None]
 _hook: Hook | None = None
 

@@ -222,7 +222,7 @@ class _Span(NamedTuple):
     refs: tuple[ChunkRef, ...]
 
 
-def _stored_at(ref: ChunkRef) -> str:
+def stored_at(ref: ChunkRef) -> str:
     """The object holding a chunk: its pack, or (format 1) its own blob. Ids are checked again
     before they become keys."""
     if ref.pack is not None:
@@ -294,7 +294,7 @@ class BlobStore:
         needed: dict[str, tuple[int, str]] = {}  # key -> (bytes needed, an artifact that needs them)
         for name, manifest in manifests.items():
             for ref in manifest.chunks:
-                key = _stored_at(ref)
+                key = stored_at(ref)
                 end = ref.offset + (ref.length or ENVELOPE_OVERHEAD)
                 if end > needed.get(key, (0, ""))[0]:
                     needed[key] = (end, name)
@@ -316,7 +316,7 @@ class BlobStore:
                 if group:
                     yield self._span(group)
                     group = []
-                yield _Span(_stored_at(ref), 0, None, (ref,))
+                yield _Span(stored_at(ref), 0, None, (ref,))
                 continue
             if group:
                 last = group[-1]
@@ -331,7 +331,7 @@ class BlobStore:
     @staticmethod
     def _span(group: list[ChunkRef]) -> _Span:
         first, last = group[0], group[-1]
-        return _Span(_stored_at(first), first.offset, last.offset + (last.length or 0), tuple(group))
+        return _Span(stored_at(first), first.offset, last.offset + (last.length or 0), tuple(group))
 
     def _fetch(self, span: _Span) -> memoryview:
         """The sealed bytes of a span; a range read goes into a buffer this thread reuses (a fresh

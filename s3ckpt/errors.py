@@ -144,7 +144,23 @@ class FencedError(ConflictError):
 
 
 class RunDeletedError(FencedError):
-    """The run was deleted after this writer claimed it."""
+    """The run was deleted (``store.delete_run``, ``s3ckpt rm``): no writer may commit to it again."""
+
+    def __init__(self, *, run_id: str, seq: int, epoch: int, newer_epoch: int) -> None:
+        ConflictError.__init__(
+            self,
+            f"run {run_id!r} was deleted (its deletion is record {seq}); nothing more can be committed to it and "
+            "this process must stop writing it. Start the work again under another run id.",
+            run_id=run_id,
+            seq=seq,
+        )
+        self.epoch = epoch
+        self.newer_epoch = newer_epoch
+
+
+class CommitDeadlineError(S3ckptError, TimeoutError):
+    """A commit took longer than ``StoreOptions.commit_deadline``, so its record was not written: the
+    collector may already treat the packs it uploaded as garbage. Nothing was committed; commit again."""
 
 
 class IntegrityError(S3ckptError, ValueError):

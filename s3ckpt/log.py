@@ -16,6 +16,7 @@ import json
 import logging
 import secrets
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
@@ -29,18 +30,21 @@ from .checkpoint import Checkpoint
 from .errors import (
     DAMAGE_FIX,
     BackendError,
+    CommitDeadlineError,
     ConflictError,
     EffectSettledError,
     IntegrityError,
     InvalidArgumentError,
     ObjectNotFoundError,
     PreconditionFailedError,
+    RunDeletedError,
     RunNotFoundError,
     UnknownOutcomeError,
     UnsupportedBackendError,
     describe,
 )
 from .records import RECORD_SCHEMA_VERSION, CommitRecord, EffectRecord, HeadPointer, Ledger
+from .references import PRUNED, objects_of
 from .workflows import POLICIES, OnVersionChange, resolve
 from .writer import Writer
 
@@ -144,9 +148,15 @@ class Run:
         return f"{self.prefix}HEAD"
 
     def _decode(self, data: bytes, seq: int) -> Entry:
-        record = codec.decode_record(
-            self.store.cipher, data, run_id=self.run_id, seq=seq, key=self._log_key(seq), segment=self.segment
-        )
+        key = self._log_key(seq)
+        record = codec.decode_record(self.store.cipher, data, run_id=self.run_id, seq=seq, key=key, segment=self.segment)
+        if record.kind == "pruned":
+            # A tombstone stands for the record it replaced: the next record chains to that one.
+            pruned = record.meta.get(PRUNED)
+            digest = pruned.get("digest") if isinstance(pruned, dict) else None
+            if not isinstance(digest, str) or len(digest) != 64 or not all(c in "0123456789abcdef" for c in digest):
+                raise IntegrityError(f"{key} is a tombstone with no digest of the record it replaced; {DAMAGE_FIX}", key=key)
+            return Entry(record, digest)
         return Entry(record, _digest(data))
 
     def _encode(self, record: CommitRecord) -> bytes:
@@ -290,6 +300,11 @@ class Run:
             if floor is not None and seq <= floor[0]:
                 raise self._missing(seq, f"this store object saw the log reach seq {floor[0]}")
             raise RunNotFoundError(f"run {self.run_id!r} has no record at seq {seq}; `s3ckpt log RUN` lists its records")
+        if entry.record.kind == "pruned":
+            raise RunNotFoundError(
+                f"seq {seq} of run {self.run_id!r} was removed by retention (`s3ckpt prune`) or with the run; "
+                "`s3ckpt log RUN` lists the records that remain"
+            )
         if entry.record.kind != "checkpoint":
             raise RunNotFoundError(
                 f"seq {seq} of run {self.run_id!r} is a {entry.record.kind} record, not a checkpoint; `s3ckpt log RUN` "
@@ -298,7 +313,11 @@ class Run:
         return self._checkpoint(entry.record, validate)
 
     def records(self) -> Iterator[CommitRecord]:
-        """Every record, oldest first, with the hash chain checked from seq 0."""
+        """Every record, oldest first, with the hash chain checked from seq 0 (a record removed by
+        retention or with the run reads as its tombstone, kind ``pruned``)."""
+        return (entry.record for entry in self._entries())
+
+    def _entries(self) -> Iterator[Entry]:
         floor = self.store.seen.floor(self.run_id)
         seqs = self._listed_seqs()
         if not seqs:
@@ -318,12 +337,12 @@ class Run:
                 raise self._missing(seq, f"it is missing, but record {last} exists")
             prev = self._chained(entry, prev)
             self.store.seen.advance(self.run_id, entry)
-            yield entry.record
+            yield entry
         # Records committed after the listing are picked up by probing, as readers do.
         while (entry := self._load(last + 1)) is not None:
             prev, last = self._chained(entry, prev), last + 1
             self.store.seen.advance(self.run_id, entry)
-            yield entry.record
+            yield entry
 
     def _chained(self, entry: Entry, prev: str | None) -> str:
         """Check that ``entry`` chains to the record whose digest is ``prev``; return its digest."""
@@ -357,6 +376,7 @@ class Run:
         they are and are never sent again; spending stays spent. Refused, before anything is written,
         while an effect after ``seq`` has an unknown outcome (settle it first: it may need
         compensating). Claims the run, so a live writer of it is fenced."""
+        started = time.monotonic()  # the target's chunks are referenced from here on: the deadline counts
         target = self.get(check_seq(seq))
         then = target.ledger
         plan: dict[str, Any] = {}
@@ -401,7 +421,8 @@ class Run:
 
         writer = self._claim(target.provenance, check=check)
         writer._commit(
-            target.state, artifacts=None, meta={"rollback_to": seq}, ledger=plan["ledger"], base=target.record.artifacts
+            target.state, artifacts=None, meta={"rollback_to": seq}, ledger=plan["ledger"], base=target.record.artifacts,
+            started=started,
         )
         undone: list[EffectRecord] = plan["undone"]
         return undone
@@ -446,6 +467,68 @@ class Run:
     def exists(self) -> bool:
         return self._tail()[0] is not None
 
+    # -- removing ----------------------------------------------------------------------------
+
+    def delete(self) -> int:
+        """Delete the run: append a ``deleted`` record with a higher epoch, which fences every writer
+        of it (RunDeletedError), then replace every earlier record with a tombstone, so nothing of
+        the run reads as live and its data becomes garbage for ``store.gc``. The keys stay taken, so
+        no stalled writer can create one of them and see success. Returns the seq of the ``deleted``
+        record; deleting a deleted run does nothing more (it finishes replacing records)."""
+        self._require_atomic_create()
+        for _ in range(64):
+            tail, _ = self._tail()
+            if tail is None:
+                raise RunNotFoundError(f"run {self.run_id!r} has no records; `s3ckpt runs` lists the runs of this store")
+            if tail.record.kind == "deleted":
+                break
+            record = CommitRecord(
+                schema_version=RECORD_SCHEMA_VERSION,
+                kind="deleted",
+                run_id=self.run_id,
+                seq=tail.record.seq + 1,
+                epoch=tail.record.epoch + 1,
+                writer_id=secrets.token_hex(8),
+                write_id=secrets.token_hex(16),
+                prev=tail.digest,
+                created_at=_now(),
+                checkpoint_seq=None,
+            )
+            entry, ours = self._put_record(record)
+            if ours:
+                self.store.seen.advance(self.run_id, entry)
+                tail = entry
+                break
+        else:
+            raise ConflictError(f"run {self.run_id!r}: could not append its deletion in 64 tries", run_id=self.run_id, seq=-1)
+        deleted_at = tail.record.seq
+        Writer(self, tail, head_etag=None)._move_head(deleted_at)
+        for seq in range(deleted_at):
+            found = self._load(seq)
+            if found is not None and found.record.kind not in ("pruned", "deleted"):
+                self._tombstone(found)
+        return deleted_at
+
+    def _tombstone(self, entry: Entry) -> None:
+        """Replace ``entry``'s record with a tombstone: same seq, epoch and chain, no data. It names
+        the objects the record needed, which the collector keeps for its grace period (a writer that
+        read the record just before, a rollback to it, may still be committing a reference)."""
+        record = entry.record
+        tombstone = CommitRecord(
+            schema_version=RECORD_SCHEMA_VERSION,
+            kind="pruned",
+            run_id=record.run_id,
+            seq=record.seq,
+            epoch=record.epoch,
+            writer_id=record.writer_id,
+            write_id=record.write_id,
+            prev=record.prev,
+            created_at=record.created_at,
+            checkpoint_seq=record.checkpoint_seq,
+            meta={PRUNED: {"digest": entry.digest, "kind": record.kind, "objects": [*sorted(objects_of(record))]}},
+        )
+        self.store.backend.put(self._log_key(record.seq), self._encode(tombstone), mode="overwrite")
+
     # -- writing -----------------------------------------------------------------------------
 
     def _require_atomic_create(self) -> None:
@@ -455,7 +538,7 @@ class Run:
                 "exactly one writer commits each seq. Use s3://, a local directory or memory://."
             )
 
-    def _put_record(self, record: CommitRecord) -> tuple[Entry, bool]:
+    def _put_record(self, record: CommitRecord, *, started: float | None = None) -> tuple[Entry, bool]:
         """Create ``log/<seq>``. Returns the entry now at that seq and whether it is ours.
 
         Transient failures (409, 5xx, a lost connection) are retried by the store's retry layer
@@ -465,6 +548,8 @@ class Run:
         key = self._log_key(record.seq)
         attempts = self.store.options.commit_attempts
         for _ in range(attempts):
+            if started is not None:
+                check_deadline(self.store, started, key)
             try:
                 self.store.backend.put(key, data, mode="create", metadata={"s3ckpt-write-id": record.write_id})
                 return Entry(record, _digest(data)), True
@@ -502,6 +587,8 @@ class Run:
         writer_id = secrets.token_hex(8)
         for _ in range(64):
             tail, head_etag = self._tail()
+            if tail is not None and tail.record.kind == "deleted":
+                raise RunDeletedError(run_id=self.run_id, seq=tail.record.seq, epoch=0, newer_epoch=tail.record.epoch)
             parent = self._parent_of(tail)
             # Validated (every pack it names is stored): a writer reuses its chunks by reference, and
             # must not commit new checkpoints onto data that is gone.
@@ -534,6 +621,19 @@ class Run:
             writer._move_head(seq)
             return writer
         raise ConflictError(f"run {self.run_id!r}: could not claim after 64 attempts", run_id=self.run_id, seq=-1)
+
+
+def check_deadline(store: Store, started: float, key: str) -> None:
+    """Refuse to create a record that names new packs once the commit has run past the deadline:
+    the collector deletes unreferenced packs older than its grace, which exceeds the deadline, so a
+    record created before the deadline never names a pack the collector has deleted."""
+    elapsed = time.monotonic() - started
+    if elapsed > store.options.commit_deadline:
+        raise CommitDeadlineError(
+            f"{key}: the commit took {elapsed:.0f} s, longer than commit_deadline ({store.options.commit_deadline:.0f} s), "
+            "so its record was not written (the collector may already count its packs as garbage). Nothing was "
+            "committed: commit again."
+        )
 
 
 def _find_effect(run_id: str, effects: Mapping[str, EffectRecord], wanted: str) -> EffectRecord:

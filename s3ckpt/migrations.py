@@ -31,9 +31,15 @@ def _v2_ledger(doc: Document) -> Document:
     return doc
 
 
+def _v3_tombstones(doc: Document) -> Document:
+    """Schema 4 adds ``pruned`` tombstones; a schema-3 record is never one."""
+    return doc
+
+
 RECORD_MIGRATIONS: list[Callable[[Document], Document]] = [
     _v1_chunk_locations,  # 1 -> 2
     _v2_ledger,  # 2 -> 3
+    _v3_tombstones,  # 3 -> 4
 ]
 
 

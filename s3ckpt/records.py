@@ -20,7 +20,8 @@ KEYED_NAMES_FORMAT_VERSION = 3
 #: The newest layout this client reads and writes.
 NEWEST_FORMAT_VERSION = KEYED_NAMES_FORMAT_VERSION
 #: The schema version of commit records (migrations in ``migrations.py`` bring older ones forward).
-RECORD_SCHEMA_VERSION = 3
+#: 4 adds ``pruned`` records (tombstones that retention and run deletion leave in place of a record).
+RECORD_SCHEMA_VERSION = 4
 #: The schema version of key files.
 KEYFILE_VERSION = 1
 #: The schema version of the HEAD pointer.
@@ -210,7 +211,9 @@ class CommitRecord(_Strict):
     """``runs/<run>/log/<seq>``: one entry of a run's append-only log."""
 
     schema_version: int
-    kind: Literal["claim", "checkpoint", "deleted"]
+    #: ``pruned``: a tombstone left in place of a record that retention or run deletion removed; it
+    #: keeps the key taken (a stalled writer's create still fails) and the chain (``meta["pruned"]``).
+    kind: Literal["claim", "checkpoint", "deleted", "pruned"]
     run_id: str
     seq: Seq
     epoch: Annotated[int, Field(ge=1, lt=1 << 62)]

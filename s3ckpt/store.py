@@ -6,16 +6,16 @@ import logging
 import os
 import re
 import secrets
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pydantic
 import pydantic_core
 
-from . import codec, values
+from . import codec, collector, retention, values
 from ._names import RunNames, parse_seq
 from .backends import Backend, Match, PutMode, open_backend
 from .backends._retry import RetryingBackend
@@ -27,6 +27,7 @@ from .errors import (
     DecryptionError,
     IncompatibleSchemaError,
     IntegrityError,
+    InvalidArgumentError,
     ObjectNotFoundError,
     PreconditionFailedError,
     StoreNotFoundError,
@@ -46,6 +47,7 @@ from .records import (
     StoreConfig,
 )
 from .redaction import DEFAULT_REDACTOR, Redactor
+from .verify import Progress, VerifyReport, verify_store
 from .workflows import OnVersionChange, StateMigration, WorkflowMigrations
 
 if TYPE_CHECKING:
@@ -69,6 +71,10 @@ class StoreOptions:
     commit_attempts: int = 8
     #: Applied to every string of a state, meta and ledger before it is encrypted.
     redactor: Redactor = DEFAULT_REDACTOR
+    #: Seconds a commit may take from its start to its record's create. Later, the record is not
+    #: written (CommitDeadlineError): ``store.gc`` deletes unreferenced packs older than its grace,
+    #: which must exceed this plus one request's time (docs/operations.md, "The collector").
+    commit_deadline: float = 1800.0
 
 
 _BACKEND_OPTIONS = (
@@ -209,6 +215,56 @@ class Store:
         return changes
 
     # -- keys --------------------------------------------------------------------------------
+
+    # -- lifecycle (docs/operations.md) -------------------------------------------------------
+
+    def verify(self, run_id: str | None = None, *, read_data: bool = False, progress: Progress | None = None) -> VerifyReport:
+        """Check that every record decodes, chains and names data that is stored; with ``read_data``,
+        read every chunk and check it against its id. ``.ok`` is False when anything committed is
+        lost or unreadable; orphaned packs and unknown effects are listed apart."""
+        if run_id is not None:
+            self.run(run_id)  # a valid run id, or InvalidRunIdError
+        return verify_store(
+            self, run_id, read_data=values.flag(read_data, "read_data"), progress=values.callback(progress, "progress")
+        )
+
+    def delete_run(self, run_id: str) -> int:
+        """Delete a run for good (see ``Run.delete``): its writers are fenced (RunDeletedError), its
+        records become tombstones and its data garbage for ``gc``. Returns the deletion's seq."""
+        return self.run(run_id).delete()
+
+    def prune(
+        self,
+        *,
+        keep_last: int | None = None,
+        keep_within: timedelta | None = None,
+        run_ids: Iterable[str] | None = None,
+        dry_run: bool = False,
+    ) -> retention.PruneReport:
+        """Remove old checkpoints: keep the last ``keep_last`` and those younger than ``keep_within``
+        of each run, and always its latest checkpoint and what a kept record names. A removed record
+        becomes a tombstone, so no fenced writer can re-create its key; its data becomes garbage."""
+        if run_ids is not None:
+            if isinstance(run_ids, str | bytes) or not isinstance(run_ids, Iterable):
+                raise InvalidArgumentError(f"run_ids is a list of run ids or None, not {describe(run_ids)}")
+            run_ids = [self.run(run_id).run_id for run_id in run_ids]
+        return retention.prune(
+            self, keep_last=keep_last, keep_within=keep_within, run_ids=run_ids, dry_run=values.flag(dry_run, "dry_run")
+        )
+
+    def gc(
+        self, *, grace: timedelta = timedelta(hours=1), dry_run: bool = False, progress: Progress | None = None
+    ) -> collector.GcReport:
+        """Delete packs that no record needs and whose storage-clock age exceeds ``grace`` (which
+        must exceed the writers' ``commit_deadline``). Never a pack a committed record needs, even
+        against writers committing while it runs."""
+        return collector.collect(
+            self, grace=grace, dry_run=values.flag(dry_run, "dry_run"), progress=values.callback(progress, "progress")
+        )
+
+    def stats(self) -> collector.StoreStats:
+        """Runs, records, packs, and stored, live and garbage bytes."""
+        return collector.stats(self)
 
     def add_key(self, key: str | bytes, *, label: str = "") -> str:
         """Wrap the master key under another user key; returns the new key file's id."""
@@ -422,6 +478,7 @@ def open_store(
     concurrency: int | None = None,
     inline_limit: int | None = None,
     commit_attempts: int | None = None,
+    commit_deadline: float | None = None,
     redactor: Redactor | None = None,
     private_run_ids: bool | None = None,
     backend: Backend | None = None,
@@ -436,11 +493,12 @@ def open_store(
     redaction (``s3ckpt.Redactor(extra_patterns=..., allow=...)``; ``s3ckpt.NO_REDACTION`` turns it off).
     ``private_run_ids=True`` creates a store whose run directories are keyed digests of the run ids
     instead of the readable ids (chosen once, when the store is created; see docs/sessions.md).
+    ``commit_deadline``: seconds a commit may take before its record is refused (``StoreOptions``).
     """
     _check_options(
         private_run_ids=private_run_ids, chunker=chunker, concurrency=concurrency, inline_limit=inline_limit,
         commit_attempts=commit_attempts, redactor=redactor, backend=backend, create=create,
-        kms_endpoint_url=kms_endpoint_url,
+        kms_endpoint_url=kms_endpoint_url, commit_deadline=commit_deadline,
     )  # fmt: skip
     user_key = parse_key(key)
     if backend is None:
@@ -455,6 +513,7 @@ def open_store(
         inline_limit=defaults.inline_limit if inline_limit is None else inline_limit,
         commit_attempts=commit_attempts or defaults.commit_attempts,
         redactor=defaults.redactor if redactor is None else redactor,
+        commit_deadline=defaults.commit_deadline if commit_deadline is None else float(commit_deadline),
     )
     kms = _kms_factory(
         backend_options.get("region"),
@@ -512,6 +571,9 @@ def _check_options(**options: Any) -> None:
         raise ConfigurationError(f"redactor is a s3ckpt.Redactor (or s3ckpt.NO_REDACTION), not {describe(options['redactor'])}")
     if options["backend"] is not None and not isinstance(options["backend"], Backend):
         raise ConfigurationError(f"backend is a s3ckpt.backends.Backend, not {describe(options['backend'])}")
+    deadline = options["commit_deadline"]
+    if deadline is not None and (isinstance(deadline, bool) or not isinstance(deadline, int | float) or not 0 < deadline < 1e9):
+        raise ConfigurationError(f"commit_deadline is a number of seconds > 0, not {describe(deadline)}")
     url = options["kms_endpoint_url"]
     if url is not None and not isinstance(url, str):
         raise ConfigurationError(f"kms_endpoint_url is a URL string, not {describe(url)}")

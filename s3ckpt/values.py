@@ -186,3 +186,17 @@ def amount(value: Any, what: str) -> int | float:
     if not finite:
         raise InvalidArgumentError(f"{what} takes a finite number no larger than a float, not {describe(value)}")
     return int(value) if isinstance(value, int) else float(value)
+
+
+def flag(value: Any, what: str) -> bool:
+    """A True/False option (not a truthy value: ``dry_run="no"`` must not mean yes)."""
+    if not isinstance(value, bool):
+        raise InvalidArgumentError(f"{what} is True or False, not {describe(value)}")
+    return value
+
+
+def callback(value: Any, what: str) -> Any:
+    """None, or a callable (a progress callback)."""
+    if value is not None and not callable(value):
+        raise InvalidArgumentError(f"{what} is a callable or None, not {describe(value)}")
+    return value

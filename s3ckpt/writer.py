@@ -10,6 +10,7 @@ import json
 import logging
 import secrets
 import threading
+import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -118,8 +119,11 @@ class Writer:
         meta: Mapping[str, Any] | None,
         ledger: Ledger | None,
         base: Mapping[str, Manifest] | None = None,
+        started: float | None = None,
     ) -> Checkpoint:
-        """``base``: the artifacts to start from instead of the parent's (a rollback's target)."""
+        """``base``: the artifacts to start from instead of the parent's (a rollback's target);
+        ``started``: when the commit began (a rollback reads its target first), for the deadline."""
+        started = time.monotonic() if started is None else started
         if ledger is not None and not isinstance(ledger, Ledger):
             raise InvalidArgumentError(f"ledger is a s3ckpt.Ledger (sessions write it), not {describe(ledger)}")
         with self._lock:
@@ -193,7 +197,8 @@ class Writer:
                 ledger=ledger_value,
                 ledger_manifest=ledger_manifest,
             )
-            entry, ours = self.run._put_record(record)
+            _boundaries.reached("before-record", str(seq))
+            entry, ours = self.run._put_record(record, started=started)
             if not ours:
                 self._stopped = self._conflict(entry)
                 raise self._stopped

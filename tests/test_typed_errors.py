@@ -29,6 +29,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -343,6 +344,7 @@ TARGETS = [
             "concurrency": just(2),
             "inline_limit": just(None),
             "commit_attempts": just(None),
+            "commit_deadline": just(None),
             "redactor": just(None),
             "backend": just(None),
             "**backend_options": just({}),
@@ -357,6 +359,23 @@ TARGETS = [
         {"workflow": just("w"), "from_version": just("1"), "to_version": just("2"), "fn": just(lambda state: state)},
     ),
     Target("Store.run", lambda w: w.store.run, {"run_id": just("order-42")}),
+    Target(
+        "Store.verify", lambda w: w.store.verify, {"run_id": just("base"), "read_data": just(False), "progress": just(None)}
+    ),
+    Target("Store.delete_run", lambda w: w.store.delete_run, {"run_id": lambda w: w.run_with_checkpoint().run_id}),
+    Target(
+        "Store.prune",
+        lambda w: w.store.prune,
+        {
+            "keep_last": just(1),
+            "keep_within": just(None),
+            "run_ids": lambda w: [w.run_with_checkpoint().run_id],
+            "dry_run": just(False),
+        },
+    ),
+    Target(
+        "Store.gc", lambda w: w.store.gc, {"grace": just(timedelta(hours=2)), "dry_run": just(True), "progress": just(None)}
+    ),
     Target(
         "Store.resume",
         lambda w: w.store.resume,
@@ -441,7 +460,8 @@ TARGETS = [
 
 #: Public callables with no argument to get wrong.
 NO_ARGUMENTS = {
-    "generate_key", "Store.close", "Store.key_files", "Store.runs", "Run.exists", "Run.history", "Run.records",
+    "generate_key", "Store.close", "Store.key_files", "Store.runs", "Store.stats", "Run.exists", "Run.history", "Run.records",
+    "Run.delete",
     "Writer.parent_checkpoint", "Checkpoint.to_dict", "Session.close",
 }  # fmt: skip
 #: Public names that are not callables taking user input: error classes, records (pydantic models

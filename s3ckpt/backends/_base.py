@@ -118,6 +118,11 @@ class Backend(abc.ABC):
     def list_dirs(self, prefix: str) -> Iterator[str]:
         """The immediate "directory" names below ``prefix`` (which ends with ``/``)."""
 
+    def deleted_keys(self, prefix: str) -> Iterator[str]:
+        """Keys under ``prefix`` whose current version is a delete marker (S3 with versioning on);
+        backends that keep no history have none to report."""
+        return iter(())
+
     @abc.abstractmethod
     def delete(self, key: str) -> None:
         """Remove the object; removing a missing object is not an error."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -40,10 +40,12 @@ class MemoryBackend(Backend):
 
     capabilities = Capabilities(atomic_create=True, compare_and_swap=True, metadata=True)
 
-    def __init__(self, name: str = "default") -> None:
+    def __init__(self, name: str = "default", *, clock: Callable[[], datetime] | None = None) -> None:
         with _SPACES_LOCK:
             self._space = _SPACES.setdefault(name, _Space())
         self.url = f"memory://{name}"
+        #: The storage's clock, which stamps ``last_modified`` (tests move it to age objects).
+        self.clock = clock or (lambda: datetime.now(UTC))
 
     def get(self, key: str) -> GetResult:
         check_key(key)
@@ -70,7 +72,7 @@ class MemoryBackend(Backend):
             if isinstance(mode, Match) and (current is None or current.etag != mode.etag):
                 raise PreconditionFailedError(key)
             etag = f'"{next(self._space.etags)}"'
-            self._space.objects[key] = _Object(data, etag, dict(metadata or {}), datetime.now(UTC))
+            self._space.objects[key] = _Object(data, etag, dict(metadata or {}), self.clock())
         return PutResult(etag)
 
     def head(self, key: str) -> ObjectInfo | None:

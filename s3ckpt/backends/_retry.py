@@ -110,6 +110,9 @@ class RetryingBackend(Backend):
     def list_dirs(self, prefix: str) -> Iterator[str]:
         return iter(self._call(f"list {prefix}", lambda: list(self.inner.list_dirs(prefix))))
 
+    def deleted_keys(self, prefix: str) -> Iterator[str]:
+        return iter(self._call(f"list versions {prefix}", lambda: list(self.inner.deleted_keys(prefix))))
+
     def delete(self, key: str) -> None:
         self._call(f"delete {key}", lambda: self.inner.delete(key))
 

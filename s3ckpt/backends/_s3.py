@@ -347,6 +347,16 @@ class S3Backend(Backend):
         except _BOTO as exc:
             raise self._translate(exc, prefix) from exc
 
+    def deleted_keys(self, prefix: str) -> Iterator[str]:
+        paginator = self.client.get_paginator("list_object_versions")
+        try:
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=self.prefix + check_prefix(prefix)):
+                for marker in page.get("DeleteMarkers", []):
+                    if marker.get("IsLatest"):
+                        yield marker["Key"][len(self.prefix) :]
+        except _BOTO as exc:
+            raise self._translate(exc, prefix) from exc
+
     def delete(self, key: str) -> None:
         try:
             self.client.delete_object(Bucket=self.bucket, Key=self._k(key))

@@ -150,6 +150,9 @@ class FaultyBackend(Backend):
     def list_dirs(self, prefix: str) -> Iterator[str]:
         return iter(self._call(False, f"list {prefix}", lambda: builtins.list(self.inner.list_dirs(prefix))))
 
+    def deleted_keys(self, prefix: str) -> Iterator[str]:
+        return iter(self._call(False, f"list versions {prefix}", lambda: builtins.list(self.inner.deleted_keys(prefix))))
+
     def delete(self, key: str) -> None:
         self._call(True, f"delete {key}", lambda: self.inner.delete(key))
 

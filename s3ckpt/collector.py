@@ -1,0 +1,239 @@
+"""The garbage collector and the store's statistics (docs/operations.md, "The collector").
+
+Mark, then sweep. The collector first notes the storage's clock and lists every pack; then it
+reads every record of every run, every young tombstone and every LangGraph writes object, and marks
+the objects they need; then it deletes the listed packs that nothing marked and whose storage-clock
+age (``LastModified``, never this host's clock) exceeds the grace. A writer refuses to create a
+record later than ``commit_deadline`` after its commit began, and the grace exceeds that deadline,
+so a record the mark missed (created after it) never names a pack old enough to be deleted. A record
+it cannot read stops the collector before anything is deleted: an unreadable record may need any
+pack.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from . import codec
+from ._names import _BLOB_ID, parse_seq
+from .backends import ObjectInfo
+from .blobs import stored_at
+from .errors import InvalidArgumentError, ObjectNotFoundError
+from .log import Run
+from .records import CommitRecord, Manifest
+from .references import LANGGRAPH_WRITES_KIND, manifests_of, objects_named_by_tombstone
+
+if TYPE_CHECKING:
+    from .store import Store
+
+#: Where stored chunk data lives: packs, and format-1 standalone blobs.
+DATA_PREFIXES = ("packs/", "blobs/")
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class GcReport:
+    """What ``store.gc`` found and did."""
+
+    dry_run: bool
+    packs_total: int
+    packs_live: int
+    packs_deleted: int
+    bytes_freed: int
+    #: Unreferenced packs younger than the grace: an in-flight commit may be about to name them.
+    packs_kept_young: int
+    deleted: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "dry_run": self.dry_run,
+            "packs_total": self.packs_total,
+            "packs_live": self.packs_live,
+            "packs_deleted": self.packs_deleted,
+            "bytes_freed": self.bytes_freed,
+            "packs_kept_young": self.packs_kept_young,
+            "deleted": list(self.deleted),
+        }
+
+
+@dataclass(frozen=True)
+class StoreStats:
+    """What a store holds: ``garbage_bytes`` is what ``gc`` frees once its grace has passed (and
+    what only a repack could free, for packs that are partly live)."""
+
+    runs: int
+    records: int
+    packs: int
+    stored_bytes: int
+    live_bytes: int
+    garbage_bytes: int
+
+    def to_dict(self) -> dict[str, int]:
+        return {
+            "runs": self.runs,
+            "records": self.records,
+            "packs": self.packs,
+            "stored_bytes": self.stored_bytes,
+            "live_bytes": self.live_bytes,
+            "garbage_bytes": self.garbage_bytes,
+        }
+
+
+@dataclass
+class Marks:
+    """What the records need: object keys, and the byte ranges of the chunks in them."""
+
+    runs: int = 0
+    records: int = 0
+    objects: set[str] = field(default_factory=set)
+    #: (object key, offset) -> sealed length (None: a whole format-1 blob)
+    extents: dict[tuple[str, int], int | None] = field(default_factory=dict)
+
+    def add(self, manifests: Iterable[Manifest]) -> None:
+        for manifest in manifests:
+            for ref in manifest.chunks:
+                key = stored_at(ref)
+                self.objects.add(key)
+                self.extents[(key, ref.offset)] = ref.length
+
+
+def storage_now(store: Store) -> datetime:
+    """The storage's clock now: the modification time of a probe object written for it."""
+    key = f"gc/clock/{secrets.token_hex(8)}"
+    store.backend.put(key, b"", mode="create")
+    try:
+        info = store.backend.head(key)
+    finally:
+        store.backend.delete(key)
+    return info.last_modified if info is not None else datetime.now(UTC)
+
+
+def list_data(store: Store) -> list[ObjectInfo]:
+    """Every pack and format-1 blob, with its size and storage-clock modification time."""
+    return [info for prefix in DATA_PREFIXES for info in store.backend.list(prefix) if parse_pack_key(info.key)]
+
+
+def parse_pack_key(key: str) -> bool:
+    """Whether ``key`` is ``packs/<aa>/<id>`` or ``blobs/<aa>/<id>`` (anything else under those
+    prefixes is not s3ckpt's, and is never deleted)."""
+    parts = key.split("/")
+    return len(parts) == 3 and _BLOB_ID.fullmatch(parts[2]) is not None and parts[2].startswith(parts[1])
+
+
+def mark(store: Store, *, now: datetime, grace: timedelta, progress: Progress | None = None) -> Marks:
+    """Everything live: the objects every record of every run needs, those of tombstones younger
+    than ``grace`` (a writer that read the record may still commit a reference to them), and those
+    of LangGraph writes objects. Raises (IntegrityError, BackendError) rather than miss one."""
+    marks = Marks()
+    for run_id in store.runs():
+        marks.runs += 1
+        run = Run(store, run_id)
+        for info, record in _records(run):
+            if record.kind == "pruned":
+                if now - info.last_modified < grace:
+                    marks.objects.update(objects_named_by_tombstone(record))
+                continue
+            marks.records += 1
+            marks.add(manifests_of(record).values())
+        if progress is not None:
+            progress(f"marked run {run_id!r}")
+    for manifests in _writes_objects(store):
+        marks.add(manifests)
+    return marks
+
+
+def _records(run: Run) -> Iterator[tuple[ObjectInfo, CommitRecord]]:
+    """Every record object of a run as stored (no chain walk: the collector needs each record's
+    references, and a broken chain must not hide them), read in parallel."""
+    prefix = f"{run.prefix}log/"
+    infos = [info for info in run.store.backend.list(prefix) if parse_seq(info.key[len(prefix) :]) is not None]
+
+    def load(info: ObjectInfo) -> tuple[ObjectInfo, CommitRecord] | None:
+        seq = parse_seq(info.key[len(prefix) :])
+        assert seq is not None
+        try:
+            data = run.store.backend.get(info.key).data
+        except ObjectNotFoundError:
+            return None  # replaced between the listing and the read: its replacement is read below
+        return info, run._decode(data, seq).record
+
+    for loaded in run.store.pool.map(load, infos):
+        if loaded is not None:
+            yield loaded
+
+
+def _writes_objects(store: Store) -> Iterator[list[Manifest]]:
+    """The manifests of every LangGraph writes object (``runs/<run>/writes/...``)."""
+    keys = [info.key for info in store.backend.list("runs/") if "/writes/" in info.key]
+
+    def load(key: str) -> list[Manifest]:
+        try:
+            sealed = store.backend.get(key).data
+        except ObjectNotFoundError:
+            return []  # deleted by its saver meanwhile
+        plain = codec.open_document(store.cipher, LANGGRAPH_WRITES_KIND, key[len("runs/") :], sealed, key=key)
+        document = json.loads(plain)
+        artifacts = document.get("a") if isinstance(document, dict) else None
+        if not isinstance(artifacts, dict):
+            return []
+        return [Manifest.model_validate(value) for value in artifacts.values()]
+
+    yield from store.pool.map(load, keys)
+
+
+def collect(store: Store, *, grace: timedelta, dry_run: bool, progress: Progress | None = None) -> GcReport:
+    if not isinstance(grace, timedelta) or grace < timedelta(0):
+        raise InvalidArgumentError(f"grace is a non-negative datetime.timedelta, not {grace!r}")
+    deadline = timedelta(seconds=store.options.commit_deadline)
+    if grace <= deadline:
+        raise InvalidArgumentError(
+            f"grace ({grace}) must exceed the writers' commit_deadline ({deadline}): a commit may take that long "
+            "between uploading a pack and naming it in a record. Give a longer grace, or lower commit_deadline in "
+            "StoreOptions for every writer of this store first."
+        )
+    now = storage_now(store)  # before the listing: ages are never overestimated
+    listed = list_data(store)
+    marks = mark(store, now=now, grace=grace, progress=progress)
+    doomed = [info for info in listed if info.key not in marks.objects and now - info.last_modified > grace]
+    young = sum(1 for info in listed if info.key not in marks.objects and now - info.last_modified <= grace)
+    if not dry_run:
+        list(store.pool.map(lambda info: store.backend.delete(info.key), doomed))
+        if progress is not None:
+            progress(f"deleted {len(doomed)} packs")
+    return GcReport(
+        dry_run=dry_run,
+        packs_total=len(listed),
+        packs_live=sum(1 for info in listed if info.key in marks.objects),
+        packs_deleted=len(doomed),
+        bytes_freed=sum(info.size for info in doomed),
+        packs_kept_young=young,
+        deleted=tuple(sorted(info.key for info in doomed)),
+    )
+
+
+def stats(store: Store) -> StoreStats:
+    listed = list_data(store)
+    sizes = {info.key: info.size for info in listed}
+    marks = mark(store, now=datetime.now(UTC), grace=timedelta(0))
+    live = 0
+    for (key, _offset), length in marks.extents.items():
+        if key in sizes:
+            live += sizes[key] if length is None else length
+    stored = sum(sizes.values())
+    return StoreStats(
+        runs=marks.runs,
+        records=marks.records,
+        packs=len(listed),
+        stored_bytes=stored,
+        live_bytes=live,
+        garbage_bytes=max(0, stored - live),
+    )
+
+
+__all__ = ["GcReport", "StoreStats", "collect", "mark", "stats", "storage_now"]
