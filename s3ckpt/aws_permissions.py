@@ -28,7 +28,8 @@ Which boto3 call needs which action (``s3ckpt/backends/_s3.py``, ``s3ckpt/keyrin
   (conditional headers need no other permission).
 - ``list_objects_v2`` (paginated; with ``Delimiter`` to list runs): ``s3:ListBucket`` on the bucket,
   narrowed for a worker by the ``s3:prefix`` condition key.
-- ``delete_object``: ``s3:DeleteObject`` (operator only).
+- ``delete_object``: ``s3:DeleteObject`` (operator and maintenance only).
+- ``list_object_versions`` (verify's delete markers): ``s3:ListBucketVersions`` (operator only).
 - KMS ``Encrypt`` of a ``kms:`` key (store creation, ``s3ckpt key add``): ``kms:Encrypt``.
 - KMS ``Decrypt`` of a ``kms:`` key (every ``open_store``): ``kms:Decrypt``.
 
@@ -97,8 +98,8 @@ ACTION_REASONS: Final[Mapping[str, str]] = MappingProxyType(
             "changed and to restore it (not called by s3ckpt yet)"
         ),
         "s3:ListBucketVersions": (
-            "verify / gc: list versions and delete markers, e.g. a commit record with more than one version "
-            "was overwritten (not called by s3ckpt yet)"
+            "verify: list_object_versions of runs/ to find delete markers (a deleted log record is reported as "
+            "truncation); operator only, gc and prune do not call it"
         ),
         "kms:Encrypt": "wrap the store's master key under a kms: key (store creation, `s3ckpt key add`)",
         "kms:Decrypt": (
