@@ -23,9 +23,9 @@ from . import codec
 from ._names import _BLOB_ID, parse_seq
 from .backends import ObjectInfo
 from .blobs import stored_at
-from .errors import InvalidArgumentError, ObjectNotFoundError
-from .log import Run
-from .records import CommitRecord, Manifest
+from .errors import AccessDeniedError, InvalidArgumentError, ObjectNotFoundError
+from .log import Entry, Run
+from .records import Manifest
 from .references import LANGGRAPH_WRITES_KIND, manifests_of, objects_named_by_tombstone
 
 if TYPE_CHECKING:
@@ -126,18 +126,29 @@ def parse_pack_key(key: str) -> bool:
     return len(parts) == 3 and _BLOB_ID.fullmatch(parts[2]) is not None and parts[2].startswith(parts[1])
 
 
-def mark(store: Store, *, now: datetime, grace: timedelta, progress: Progress | None = None) -> Marks:
+def mark(
+    store: Store, *, now: datetime, grace: timedelta, progress: Progress | None = None, collect: bool = False
+) -> Marks:
     """Everything live: the objects every record of every run needs, those of tombstones younger
     than ``grace`` (a writer that read the record may still commit a reference to them), and those
-    of LangGraph writes objects. Raises (IntegrityError, BackendError) rather than miss one."""
+    of LangGraph writes objects. A deleted run (its last record is ``deleted``) needs nothing; with
+    ``collect``, its records are replaced by tombstones. Raises (IntegrityError, BackendError)
+    rather than miss a reference."""
     marks = Marks()
     for run_id in store.runs():
         marks.runs += 1
         run = Run(store, run_id)
-        for info, record in _records(run):
+        loaded = sorted(_records(run), key=lambda pair: pair[1].record.seq)
+        deleted = bool(loaded) and loaded[-1][1].record.kind == "deleted"
+        for info, entry in loaded:
+            record = entry.record
             if record.kind == "pruned":
-                if now - info.last_modified < grace:
+                if now - info.last_modified < grace and not deleted:
                     marks.objects.update(objects_named_by_tombstone(record))
+                continue
+            if deleted:
+                if collect and record.kind != "deleted":
+                    run._tombstone(entry)  # its data (an inline state too) goes with the run
                 continue
             marks.records += 1
             marks.add(manifests_of(record).values())
@@ -148,20 +159,20 @@ def mark(store: Store, *, now: datetime, grace: timedelta, progress: Progress | 
     return marks
 
 
-def _records(run: Run) -> Iterator[tuple[ObjectInfo, CommitRecord]]:
+def _records(run: Run) -> Iterator[tuple[ObjectInfo, Entry]]:
     """Every record object of a run as stored (no chain walk: the collector needs each record's
     references, and a broken chain must not hide them), read in parallel."""
     prefix = f"{run.prefix}log/"
     infos = [info for info in run.store.backend.list(prefix) if parse_seq(info.key[len(prefix) :]) is not None]
 
-    def load(info: ObjectInfo) -> tuple[ObjectInfo, CommitRecord] | None:
+    def load(info: ObjectInfo) -> tuple[ObjectInfo, Entry] | None:
         seq = parse_seq(info.key[len(prefix) :])
         assert seq is not None
         try:
             data = run.store.backend.get(info.key).data
         except ObjectNotFoundError:
             return None  # replaced between the listing and the read: its replacement is read below
-        return info, run._decode(data, seq).record
+        return info, run._decode(data, seq)
 
     for loaded in run.store.pool.map(load, infos):
         if loaded is not None:
@@ -188,6 +199,17 @@ def _writes_objects(store: Store) -> Iterator[list[Manifest]]:
 
 
 def collect(store: Store, *, grace: timedelta, dry_run: bool, progress: Progress | None = None) -> GcReport:
+    try:
+        return _collect(store, grace=grace, dry_run=dry_run, progress=progress)
+    except AccessDeniedError as exc:
+        raise AccessDeniedError(
+            f"gc was refused ({exc}). Collection deletes packs and rewrites deleted runs' records, which the "
+            "worker role may not do: run `s3ckpt gc` as the operator role (docs/operations.md). Nothing "
+            "committed was lost."
+        ) from None
+
+
+def _collect(store: Store, *, grace: timedelta, dry_run: bool, progress: Progress | None) -> GcReport:
     if not isinstance(grace, timedelta) or grace < timedelta(0):
         raise InvalidArgumentError(f"grace is a non-negative datetime.timedelta, not {grace!r}")
     deadline = timedelta(seconds=store.options.commit_deadline)
@@ -199,7 +221,7 @@ def collect(store: Store, *, grace: timedelta, dry_run: bool, progress: Progress
         )
     now = storage_now(store)  # before the listing: ages are never overestimated
     listed = list_data(store)
-    marks = mark(store, now=now, grace=grace, progress=progress)
+    marks = mark(store, now=now, grace=grace, progress=progress, collect=not dry_run)
     doomed = [info for info in listed if info.key not in marks.objects and now - info.last_modified > grace]
     young = sum(1 for info in listed if info.key not in marks.objects and now - info.last_modified <= grace)
     if not dry_run:

@@ -300,6 +300,11 @@ class Run:
             if floor is not None and seq <= floor[0]:
                 raise self._missing(seq, f"this store object saw the log reach seq {floor[0]}")
             raise RunNotFoundError(f"run {self.run_id!r} has no record at seq {seq}; `s3ckpt log RUN` lists its records")
+        tail, _ = self._tail()
+        if tail is not None and tail.record.kind == "deleted" and seq < tail.record.seq:
+            raise RunNotFoundError(
+                f"run {self.run_id!r} was deleted (its deletion is record {tail.record.seq}); nothing of it can be read"
+            )
         if entry.record.kind == "pruned":
             raise RunNotFoundError(
                 f"seq {seq} of run {self.run_id!r} was removed by retention (`s3ckpt prune`) or with the run; "
@@ -363,10 +368,15 @@ class Run:
         )
 
     def history(self) -> Iterator[Checkpoint]:
-        """Every checkpoint, oldest first."""
+        """Every checkpoint, oldest first; none of a deleted run."""
+        checkpoints: list[CommitRecord] = []
         for record in self.records():
-            if record.kind == "checkpoint":
-                yield self._checkpoint(record)
+            if record.kind == "deleted":
+                checkpoints.clear()  # everything before a deletion is gone
+            elif record.kind == "checkpoint":
+                checkpoints.append(record)
+        for record in checkpoints:
+            yield self._checkpoint(record)
 
     def rollback(self, seq: int) -> list[EffectRecord]:
         """Append a checkpoint that restores the state, steps and artifacts of checkpoint ``seq``
@@ -471,17 +481,18 @@ class Run:
 
     def delete(self) -> int:
         """Delete the run: append a ``deleted`` record with a higher epoch, which fences every writer
-        of it (RunDeletedError), then replace every earlier record with a tombstone, so nothing of
-        the run reads as live and its data becomes garbage for ``store.gc``. The keys stay taken, so
+        of it (RunDeletedError) and makes nothing of it readable. That is all a worker writes (it
+        needs no delete permission); the collector, run by the operator, replaces the earlier
+        records with tombstones and deletes their data (docs/operations.md). The keys stay taken, so
         no stalled writer can create one of them and see success. Returns the seq of the ``deleted``
-        record; deleting a deleted run does nothing more (it finishes replacing records)."""
+        record; deleting a deleted run changes nothing."""
         self._require_atomic_create()
         for _ in range(64):
             tail, _ = self._tail()
             if tail is None:
                 raise RunNotFoundError(f"run {self.run_id!r} has no records; `s3ckpt runs` lists the runs of this store")
             if tail.record.kind == "deleted":
-                break
+                return tail.record.seq
             record = CommitRecord(
                 schema_version=RECORD_SCHEMA_VERSION,
                 kind="deleted",
@@ -497,17 +508,9 @@ class Run:
             entry, ours = self._put_record(record)
             if ours:
                 self.store.seen.advance(self.run_id, entry)
-                tail = entry
-                break
-        else:
-            raise ConflictError(f"run {self.run_id!r}: could not append its deletion in 64 tries", run_id=self.run_id, seq=-1)
-        deleted_at = tail.record.seq
-        Writer(self, tail, head_etag=None)._move_head(deleted_at)
-        for seq in range(deleted_at):
-            found = self._load(seq)
-            if found is not None and found.record.kind not in ("pruned", "deleted"):
-                self._tombstone(found)
-        return deleted_at
+                Writer(self, entry, head_etag=None)._move_head(record.seq)
+                return record.seq
+        raise ConflictError(f"run {self.run_id!r}: could not append its deletion in 64 tries", run_id=self.run_id, seq=-1)
 
     def _tombstone(self, entry: Entry) -> None:
         """Replace ``entry``'s record with a tombstone: same seq, epoch and chain, no data. It names
@@ -630,7 +633,7 @@ def check_deadline(store: Store, started: float, key: str) -> None:
     elapsed = time.monotonic() - started
     if elapsed > store.options.commit_deadline:
         raise CommitDeadlineError(
-            f"{key}: the commit took {elapsed:.0f} s, longer than commit_deadline ({store.options.commit_deadline:.0f} s), "
+            f"{key}: the commit took {elapsed:.3g} s, longer than commit_deadline ({store.options.commit_deadline:g} s), "
             "so its record was not written (the collector may already count its packs as garbage). Nothing was "
             "committed: commit again."
         )

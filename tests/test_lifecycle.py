@@ -157,7 +157,9 @@ def test_deleting_a_run_under_a_live_session_fences_it_and_frees_its_data(clocke
     assert store.delete_run("r") == store.delete_run("r")  # deleting again changes nothing
     assert store.gc(grace=timedelta(minutes=2)).packs_deleted == 0  # tombstones keep data for the grace
     clock.advance(180)
+    assert [r.kind for r in store.run("r").records()][-1] == "deleted"
     freed = store.gc(grace=timedelta(minutes=2))
+    assert {r.kind for r in store.run("r").records()} == {"pruned", "deleted"}  # the collector erased its records
     assert freed.packs_deleted > 0
     assert freed.bytes_freed > 0
     stats = store.stats()
