@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
+import re
 import secrets
+import socket
+import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 import pydantic
 
+from . import values
 from .errors import IntegrityError, InvalidArgumentError, LocalPathError, S3ckptError, describe
 from .records import CommitRecord, EffectRecord, Ledger, Manifest, StepRecord
 
@@ -99,16 +105,23 @@ class Checkpoint:
         """A binary file that streams the artifact, verifying every chunk as it arrives."""
         return self._blobs.open(self._manifest(name))
 
-    def restore_artifact(self, name: str, path: str | os.PathLike[str]) -> None:
+    def restore_artifact(
+        self, name: str, path: str | os.PathLike[str], *, progress: Callable[[int, int], None] | None = None
+    ) -> None:
         """Write the artifact to ``path``: chunks are fetched, verified and written in parallel.
-        The file appears under ``path`` only when complete (a temporary file is renamed over it);
-        it is not fsynced, as a restore that a crash interrupts is simply run again. A path that
-        cannot take the file (a directory, a missing parent, no permission, a full disk) is
-        LocalPathError, found before anything is downloaded where it can be."""
+        The file appears under ``path`` only when complete (a temporary file next to it,
+        ``.<name>.s3ckpt-tmp-<host>-<pid>-<random>``, is renamed over it); it is not fsynced, as a
+        restore that a crash interrupts is simply run again, and the next restore to the same path
+        removes the temporary files that killed restores left. ``progress(bytes_done, bytes_total)``
+        is called as chunks land (from this thread). A path that cannot take the file (a directory,
+        a missing parent, no permission, a full disk) is LocalPathError, found before anything is
+        downloaded where it can be."""
         manifest = self._manifest(name)
+        report = values.callback(progress, "progress")
         target = _restore_target(path)
         shown = str(target)
-        tmp = target.with_name(f".{target.name}.s3ckpt-{secrets.token_hex(4)}")
+        remove_stale_temps(target)
+        tmp = target.with_name(temp_name(target.name))
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         except OSError as exc:
@@ -116,7 +129,10 @@ class Checkpoint:
         try:
             try:
                 os.ftruncate(fd, manifest.size)
-                self._blobs.read_into(manifest, fd)
+                if report is None:
+                    self._blobs.read_into(manifest, fd)
+                else:
+                    self._write_reporting(manifest, fd, report)
             finally:
                 os.close(fd)
             os.replace(tmp, target)
@@ -125,6 +141,18 @@ class Checkpoint:
             if isinstance(exc, OSError) and not isinstance(exc, S3ckptError):
                 raise LocalPathError(f"cannot restore to {shown!r}: {_os_reason(exc)}", path=shown) from exc
             raise
+
+    def _write_reporting(self, manifest: Manifest, fd: int, progress: Callable[[int, int], None]) -> None:
+        # Chunks are still fetched and verified ahead on the pool; only the writes are in order here,
+        # so that progress counts bytes that are really in the file.
+        done = 0
+        progress(0, manifest.size)
+        for chunk in self._blobs.iter_chunks(manifest):
+            view = memoryview(chunk)
+            while view:
+                written = os.pwrite(fd, view, done)
+                view, done = view[written:], done + written
+            progress(done, manifest.size)
 
     def read_artifact(self, name: str) -> bytes:
         with self.open_artifact(name) as fh:
@@ -198,6 +226,80 @@ def _restore_target(path: object) -> Path:
     except OSError as exc:  # a name too long, a loop of symlinks, ...
         raise LocalPathError(f"cannot restore to {describe(path)}: {_os_reason(exc)}", path=describe(path)) from None
     return target
+
+
+#: Marks a restore's temporary file: ``.<name>.s3ckpt-tmp-<host>-<pid>-<random>``.
+TEMP_MARK = ".s3ckpt-tmp-"
+#: A temporary file untouched this long is stale whoever wrote it (a host that is gone, a reused pid).
+STALE_AFTER = 24 * 3600.0
+_TEMP_TAIL = re.compile(r"([0-9a-f]{8})-([0-9]{1,10})-[0-9a-f]{8}")
+#: Temporary files of restores before they named their host and pid: only their age tells.
+_OLD_TEMP_TAIL = re.compile(r"[0-9a-f]{8}")
+
+
+def _host_tag() -> str:
+    # Short and filename-safe; tells this host's temporary files from those of another host that
+    # shares the directory (NFS), whose pids mean nothing here.
+    return hashlib.sha256(socket.gethostname().encode("utf-8", "backslashreplace")).hexdigest()[:8]
+
+
+def temp_name(name: str) -> str:
+    """The name of a restore's temporary file for the file ``name``, in the same directory."""
+    return f".{name}{TEMP_MARK}{_host_tag()}-{os.getpid()}-{secrets.token_hex(4)}"
+
+
+def _pid_alive(pid: int) -> bool:
+    if os.name != "posix":
+        return True  # no cheap probe: age alone decides
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: alive, someone else's
+        return True
+    return True
+
+
+def _is_stale(tail: str, mtime: float) -> bool:
+    if time.time() - mtime > STALE_AFTER:
+        return True
+    found = _TEMP_TAIL.fullmatch(tail)
+    if found is None:
+        return False
+    host, pid = found.group(1), int(found.group(2))
+    return host == _host_tag() and pid != os.getpid() and not _pid_alive(pid)
+
+
+def remove_stale_temps(target: Path) -> list[Path]:
+    """Remove the temporary files that killed restores to ``target`` left: this host's whose process
+    is gone, and any untouched for STALE_AFTER. Best effort: a file that cannot be removed stays."""
+    prefixes = (f".{target.name}{TEMP_MARK}", f".{target.name}.s3ckpt-")
+    removed: list[Path] = []
+    try:
+        entries = list(os.scandir(target.parent))
+    except OSError:
+        return removed
+    for entry in entries:
+        tail = _temp_tail(entry.name, prefixes)
+        if tail is None:
+            continue
+        try:
+            if entry.is_file(follow_symlinks=False) and _is_stale(tail, entry.stat(follow_symlinks=False).st_mtime):
+                os.unlink(entry.path)
+                removed.append(Path(entry.path))
+        except OSError:
+            continue  # gone meanwhile, or not ours to remove
+    return removed
+
+
+def _temp_tail(name: str, prefixes: tuple[str, str]) -> str | None:
+    """What follows the prefix in a restore's temporary file name; None for any other file."""
+    current, old = prefixes
+    if name.startswith(current) and _TEMP_TAIL.fullmatch(name[len(current) :]):
+        return name[len(current) :]
+    if name.startswith(old) and _OLD_TEMP_TAIL.fullmatch(name[len(old) :]):
+        return "old:" + name[len(old) :]  # matches no pattern: age alone decides
+    return None
 
 
 def _os_reason(exc: OSError) -> str:

@@ -22,6 +22,9 @@ from typing import Any
 
 from .store import open_store
 
+#: The meta that `s3ckpt runs` reads as "finished" (cli.FINISHED_META, not imported: the worker
+#: process stays light).
+FINISHED = {"status": "finished"}
 DEFAULT_STEPS = 8
 KILL_AFTER = 3
 STEP_SECONDS = 0.3
@@ -40,7 +43,8 @@ def run_worker(url: str, run_id: str, steps: int, journal: Path, step_seconds: f
             time.sleep(step_seconds)  # the expensive part a resume must not repeat
             result = hashlib.sha256(f"step-{step}".encode()).hexdigest()[:12]
             state = {"next_step": step + 1, "results": [*state["results"], result]}
-            writer.commit(state, meta={"step": step})
+            # The last commit marks the run finished, as `s3ckpt runs` reads it.
+            writer.commit(state, meta={"step": step, **(FINISHED if step == steps - 1 else {})})
             with journal.open("a") as fh:
                 fh.write(json.dumps({"step": step, "pid": os.getpid(), "event": "committed"}) + "\n")
 
@@ -49,6 +53,9 @@ def run_worker(url: str, run_id: str, steps: int, journal: Path, step_seconds: f
 class DemoResult:
     ok: bool
     lines: list[str]
+    #: Where the store is, and the file that holds its key (None: the store went with the demo).
+    url: str | None = None
+    key_file: Path | None = None
 
 
 def _spawn(url: str, run_id: str, steps: int, journal: Path, env: dict[str, str], cwd: Path) -> subprocess.Popen[bytes]:
@@ -62,6 +69,9 @@ def run_demo(*, use_s3: bool = False, steps: int = DEFAULT_STEPS, echo: Any = pr
     workdir = Path(tempfile.mkdtemp(prefix="s3ckpt-demo-"))
     journal = workdir / "journal.jsonl"
     key = generate_key()
+    key_file = workdir / "key"
+    key_file.touch(mode=0o600)
+    key_file.write_text(key + "\n")
     env = {**os.environ, "S3CKPT_KEY": key}
     server = None
     options: dict[str, Any] = {"key": key}
@@ -89,7 +99,11 @@ def run_demo(*, use_s3: bool = False, steps: int = DEFAULT_STEPS, echo: Any = pr
         echo(f"worker 2 (pid {proc2.pid}) started in a fresh process and directory, resuming")
         if proc2.wait(timeout=120) != 0:
             return DemoResult(False, [f"worker 2 failed with exit status {proc2.returncode}"])
-        return _check(url, run_id, steps, journal, options, killed_pid=proc.pid)
+        result = _check(url, run_id, steps, journal, options, killed_pid=proc.pid)
+        result.lines.extend(_where(url, key_file, use_s3=use_s3))
+        if not use_s3:
+            result.url, result.key_file = url, key_file
+        return result
     finally:
         if server is not None:
             server.stop()
@@ -138,6 +152,18 @@ def _check(url: str, run_id: str, steps: int, journal: Path, options: dict[str, 
         else "FAILED: a committed step ran twice or the log is incomplete"
     )
     return DemoResult(ok, lines)
+
+
+def _where(url: str, key_file: Path, *, use_s3: bool) -> list[str]:
+    """How to look at the demo's store afterwards (the moto server stops with the demo)."""
+    if use_s3:
+        return [f"the store was {url} on a moto server that stopped with the demo; `s3ckpt demo` keeps a local one"]
+    from .cli import open_command
+
+    return [
+        f"the store is in {url}, its key in {key_file}; open it with:",
+        f"  {open_command(url, str(key_file))}",
+    ]
 
 
 def _start_moto() -> tuple[Any, str, dict[str, str]]:
