@@ -193,7 +193,8 @@ def _writes_objects(store: Store) -> Iterator[list[Manifest]]:
         artifacts = document.get("a") if isinstance(document, dict) else None
         if not isinstance(artifacts, dict):
             return []
-        return [Manifest.model_validate(value) for value in artifacts.values()]
+        # JSON has lists where a Manifest has tuples: validated from JSON, as the saver reads it
+        return [Manifest.model_validate_json(json.dumps(value)) for value in artifacts.values()]
 
     yield from store.pool.map(load, keys)
 

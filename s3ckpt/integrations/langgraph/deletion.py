@@ -83,7 +83,7 @@ class Deletion(LogView, NameChecks, ValueCodec):
             writer = _put_writer(record)
             for task, path, t, w in state.get("pw") or ():
                 wo = _Writes("", parent, task, path, w, {}, t, writer)
-                kept = self._store_writes(lg, replace(wo, key=wo.ident(lg.run.prefix)))
+                kept = self._store_writes(lg, replace(wo, key=wo.ident(lg.run.prefix)), started=None)  # no chunks
                 if kept is not None:
                     _add_writes(lg, kept)
         hidden: set[str] = set()

@@ -109,6 +109,9 @@ class S3ckptSaver(Reads, Deletion, AsyncMethods):
             deadline = time.monotonic() + _WAIT_MAX
             while parent_id is not None and lg.uploading.get(parent_id) and time.monotonic() < deadline:
                 lg.changed.wait(0.1)  # large writes of the parent: reuse their chunks
+            # The deadline runs from here: the chunks this record names are chosen (reused) and
+            # uploaded from now on (thread_log._append).
+            started = time.monotonic()
             known, parent = _known(lg, parent_id)
             parent_artifacts = parent.artifacts if parent is not None else {}
             refs: dict[str, _Ref] = {}
@@ -155,7 +158,7 @@ class S3ckptSaver(Reads, Deletion, AsyncMethods):
             lg.inflight[checkpoint["id"]] = artifacts
             lg.changed.notify_all()
             try:
-                self._append(lg, state, artifacts)
+                self._append(lg, state, artifacts, started=started)
                 for w in taken:
                     w.stored = True
             finally:
@@ -187,6 +190,8 @@ class S3ckptSaver(Reads, Deletion, AsyncMethods):
         # No log position and no read: the writes object is created beside the log, so this can
         # run while the next put commits (LangGraph's async durability submits both at once).
         me: _Waiting | None = None
+        # The deadline of a writes object with artifacts runs from before its chunks are chosen.
+        started = time.monotonic()
         with lg.lock:
             # idempotent per writer: a repeat of this saver's own write is skipped; another
             # writer's write of the same (task, idx) does not stand in for it
@@ -199,7 +204,7 @@ class S3ckptSaver(Reads, Deletion, AsyncMethods):
                 me = _Waiting(checkpoint_id)
                 lg.waiting.append(me)
         try:
-            self._put_writes(lg, checkpoint_id, writes, task_id, task_path, stored, known, me)
+            self._put_writes(lg, checkpoint_id, writes, task_id, task_path, stored, known, me, started)
         finally:
             if me is not None:
                 with lg.lock:
@@ -217,6 +222,7 @@ class S3ckptSaver(Reads, Deletion, AsyncMethods):
         stored: set[tuple[str, int]],
         known: dict[str, ChunkRef],
         me: _Waiting | None,
+        started: float,
     ) -> None:
         dumped: builtins.list[tuple[int, str, tuple[str, bytes]]] = []
         for i, (channel, value) in enumerate(writes):
@@ -237,7 +243,7 @@ class S3ckptSaver(Reads, Deletion, AsyncMethods):
                     lg.changed.wait(left)
                 known, _ = _known(lg, checkpoint_id)
         try:
-            self._upload_writes(lg, checkpoint_id, task_id, task_path, dumped, known, me)
+            self._upload_writes(lg, checkpoint_id, task_id, task_path, dumped, known, me, started)
         finally:
             if large:
                 with lg.lock:
@@ -255,6 +261,7 @@ class S3ckptSaver(Reads, Deletion, AsyncMethods):
         dumped: builtins.list[tuple[int, str, tuple[str, bytes]]],
         known: dict[str, ChunkRef],
         me: _Waiting | None,
+        started: float,
     ) -> None:
         entries: builtins.list[builtins.list[Any]] = []
         artifacts: dict[str, Manifest] = {}
@@ -278,7 +285,7 @@ class S3ckptSaver(Reads, Deletion, AsyncMethods):
         wo = _Writes(key, checkpoint_id, task_id, task_path, entries, artifacts, t, self.writer_id)
         if me is not None and not artifacts and _ride(lg, me, wo):
             return
-        stored_wo = self._store_writes(lg, wo)
+        stored_wo = self._store_writes(lg, wo, started=started)
         if stored_wo is not None:
             with lg.lock:
                 _add_writes(lg, stored_wo)
@@ -288,6 +295,8 @@ class S3ckptSaver(Reads, Deletion, AsyncMethods):
         if source == target:
             raise ValueError("copy_thread needs two different threads")
         for _, ns in self._thread_namespaces(source):
+            # The copies name the source's chunks: their deadline runs from before it is read.
+            started = time.monotonic()
             src = self._log_of(source, ns)
             with src.commit, src.lock:
                 self._sync(src)
@@ -298,10 +307,10 @@ class S3ckptSaver(Reads, Deletion, AsyncMethods):
                 self._sync(dst)
                 for record in records:
                     # Artifacts are copied by reference: the new records name the same chunks.
-                    self._append(dst, cast(dict[str, Any], record.state), record.artifacts)
+                    self._append(dst, cast(dict[str, Any], record.state), record.artifacts, started=started)
             for wo in wobjs:
                 # The same writer in the copy, so the copied records' "wr" and "wf" name them.
-                copied = self._store_writes(dst, replace(wo, key=wo.ident(dst.run.prefix), etag=None))
+                copied = self._store_writes(dst, replace(wo, key=wo.ident(dst.run.prefix), etag=None), started=started)
                 if copied is not None:
                     with dst.lock:
                         _add_writes(dst, copied)

@@ -88,10 +88,24 @@ class LogView(WritesObjects):
         for wo in found:
             _add_writes(lg, wo)
 
-    def _append(self, lg: _Log, state: dict[str, Any], artifacts: Mapping[str, Manifest], *, drop: bool = False) -> Entry:
+    def _append(
+        self,
+        lg: _Log,
+        state: dict[str, Any],
+        artifacts: Mapping[str, Manifest],
+        *,
+        drop: bool = False,
+        started: float | None = None,
+    ) -> Entry:
         """Commit ``state`` at the seq after the last record observed; ConflictError if taken.
         Call holding ``lg.commit`` and ``lg.lock``; ``lg.lock`` is released during the PUT (the
-        position cannot move meanwhile: everything that moves it holds ``lg.commit``)."""
+        position cannot move meanwhile: everything that moves it holds ``lg.commit``).
+
+        ``started`` (``time.monotonic()``, taken before the chunks ``artifacts`` names were chosen
+        or uploaded): the record is refused with CommitDeadlineError once ``commit_deadline`` has
+        passed since, as core commits are, so it never names a pack the collector deleted."""
+        if artifacts and started is None:
+            raise AssertionError(f"run {lg.run.run_id!r}: a record naming chunks needs the time its commit started")
         tail = lg.tail
         seq = tail.record.seq + 1 if tail is not None else 0
         epoch = tail.record.epoch if tail is not None else 1
@@ -112,7 +126,7 @@ class LogView(WritesObjects):
         )
         lg.lock.release()
         try:
-            entry, ours = lg.run._put_record(record)
+            entry, ours = lg.run._put_record(record, started=started)
         finally:
             lg.lock.acquire()
         if not ours:

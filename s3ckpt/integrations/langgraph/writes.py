@@ -16,7 +16,8 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ... import codec
-from ...errors import IntegrityError, ObjectNotFoundError, PreconditionFailedError
+from ...errors import CommitDeadlineError, IntegrityError, ObjectNotFoundError, PreconditionFailedError
+from ...log import check_deadline
 from ...records import Manifest
 from ...store import Store
 from .ids import writes_key
@@ -26,6 +27,18 @@ if TYPE_CHECKING:
 
 #: The kind a writes object is sealed as (docs/langgraph.md, "Pending writes").
 WRITES_KIND = "langgraph-writes"
+
+
+def _check_deadline(store: Store, started: float, key: str) -> None:
+    """``check_deadline`` for a writes object, whose message says what was not stored."""
+    try:
+        check_deadline(store, started, key)
+    except CommitDeadlineError:
+        raise CommitDeadlineError(
+            f"{key}: put_writes took longer than commit_deadline ({store.options.commit_deadline:.0f} s) from "
+            "uploading its values to creating its writes object, so the object was not created (the collector "
+            "may already count the packs it uploaded as garbage). Nothing was stored: call put_writes again."
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -107,8 +120,17 @@ class WritesObjects:
         futures = [self.store.pool.submit(one, key, etag) for key, etag in infos]
         return [wo for wo in (f.result() for f in futures) if wo is not None]
 
-    def _store_writes(self, lg: _Log, wo: _Writes) -> _Writes | None:
-        """Write a writes object, create-if-absent (a repeat is a no-op: None)."""
+    def _store_writes(self, lg: _Log, wo: _Writes, *, started: float | None) -> _Writes | None:
+        """Write a writes object, create-if-absent (a repeat is a no-op: None).
+
+        ``started`` (``time.monotonic()`` before the chunks its artifacts name were chosen or
+        uploaded; None for an object without artifacts): an object naming chunks is refused with
+        CommitDeadlineError once ``commit_deadline`` has passed since, as a core record is: the
+        collector may already have deleted a pack it would name."""
+        if wo.artifacts:
+            if started is None:
+                raise AssertionError(f"{wo.key} names chunks: its deadline needs the time its upload started")
+            _check_deadline(self.store, started, wo.key)
         data = self._seal_writes(lg.run.run_id, wo)
         try:
             result = self.store.backend.put(wo.key, data, mode="create")
