@@ -811,10 +811,11 @@ def _render_verify(report: VerifyReport) -> None:
     read = f", read and checked {report.chunks_read} chunks" if report.read_data else ""
     _say(f"checked {report.runs_checked} runs, {report.records_checked} records, {report.packs_checked} packs{read}")
     if report.problems:
-        table = Table("run", "object", "problem", title=f"{len(report.problems)} problem(s)")
+        # Lines, not a table: object keys and messages are long, and whole they can be copied.
+        out.print(f"{len(report.problems)} problem(s):", style="red", highlight=False)
         for p in report.problems:
-            table.add_row(_cell(p.run_id or ""), _cell(p.key or ""), _cell(p.message))
-        out.print(table)
+            where = f" ({p.key})" if p.key and p.key not in p.message else ""
+            _say(f"  {p.message}{where}")
     if report.orphans:
         _say(f"{len(report.orphans)} orphaned pack(s) that no record names (not damage; `s3ckpt gc` frees them):")
         for key in report.orphans[:SHOWN_ORPHANS]:
@@ -837,8 +838,8 @@ def rm(
     run: str,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation (needed without a terminal).")] = False,
 ) -> None:
-    """Delete RUN for good: a deletion record fences its writers (they fail with RunDeletedError) and
-    its records become tombstones; its data is freed by the next `s3ckpt gc` after the grace."""
+    """Delete RUN for good: a deletion record fences its writers (they fail with RunDeletedError)
+    and makes nothing of it readable; `s3ckpt gc` then frees its data, after the grace."""
     c: Context = ctx.obj
     with c.open() as store:
         handle = _existing_run(store, run)
