@@ -89,6 +89,8 @@ class Upload:
         self._pack: bytearray | None = None
         self._pack_size = 0
         self._uploads: deque[Future[None]] = deque()
+        #: ids of the packs this upload created (a repack never copies out of these)
+        self.created: set[str] = set()
 
     def write(
         self, source: Source, *, consumed: Callable[[int], None] | None = None, previous: Manifest | None = None
@@ -173,17 +175,34 @@ class Upload:
             return known
         assert prepared.payload is not None  # set whenever the id was unknown at prepare time
         length = sealed_size(len(prepared.payload))
+        out, ref = self._reserve(prepared.id, prepared.size, length)
+        assert self._sealer is not None
+        self.blobs.cipher.seal_into("blob", prepared.id, prepared.payload, prepared.flag, out, self._sealer)
+        return self._placed(ref)
+
+    def copy_sealed(self, ref: ChunkRef, sealed: bytes | memoryview) -> ChunkRef:
+        """Place a chunk's sealed bytes, as stored in another pack, into this upload's pack (a
+        repack). Sealing binds a chunk to its id, not to its pack, so the bytes move unchanged; the
+        caller has verified them."""
+        out, moved = self._reserve(ref.id, ref.size, len(sealed))
+        out[:] = sealed
+        return self._placed(moved)
+
+    def _reserve(self, chunk_id: str, size: int, length: int) -> tuple[memoryview, ChunkRef]:
         if self._pack is None or self._sealer is None:
             self._pack_id, self._pack = secrets.token_hex(32), self.blobs.take_buffer()
             self._sealer = self.blobs.cipher.sealer()
+            self.created.add(self._pack_id)
         offset = self._pack_size
-        out = memoryview(self._pack)[offset : offset + length]
-        self.blobs.cipher.seal_into("blob", prepared.id, prepared.payload, prepared.flag, out, self._sealer)
-        ref = ChunkRef(id=prepared.id, size=prepared.size, pack=self._pack_id, offset=offset, length=length)
-        self._pack_size += length
-        self._known[prepared.id] = ref
+        ref = ChunkRef(id=chunk_id, size=size, pack=self._pack_id, offset=offset, length=length)
+        return memoryview(self._pack)[offset : offset + length], ref
+
+    def _placed(self, ref: ChunkRef) -> ChunkRef:
+        assert ref.length is not None
+        self._pack_size += ref.length
+        self._known[ref.id] = ref
         self.stats.uploaded_chunks += 1
-        self.stats.uploaded_bytes += length
+        self.stats.uploaded_bytes += ref.length
         if self._pack_size >= PACK_TARGET:
             self._flush()
         return ref
@@ -249,6 +268,8 @@ class BlobStore:
         self._buffers: list[bytearray] = []
         self._buffers_lock = threading.Lock()
         self._local = threading.local()
+        #: pack key -> size; packs never change, so what this process wrote or asked once stays true
+        self.pack_sizes: dict[str, int] = {}
 
     def take_buffer(self) -> bytearray:
         with self._buffers_lock:
@@ -278,6 +299,7 @@ class BlobStore:
             raise IntegrityError(f"{key} already holds another pack (a pack id collision)", key=key) from None
         finally:
             data.release()
+        self.pack_sizes[key] = size
         self.give_buffer(buffer)
         _boundaries.reached("mid-upload", key)
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pydantic
 
-from . import _boundaries, codec, values
+from . import _boundaries, codec, compaction, values
 from .backends import Match, PutMode
 from .blobs import WriteStats, open_source
 from .checkpoint import Checkpoint
@@ -173,6 +173,16 @@ class Writer:
                         opened.check_unchanged()
                     finally:
                         opened.close()
+                if artifacts or spills:
+                    named: dict[tuple[str, str], Manifest] = {("artifact", n): m for n, m in manifests.items()}
+                    if state_manifest is not None:
+                        named[("state", "")] = state_manifest
+                    if ledger_manifest is not None:
+                        named[("ledger", "")] = ledger_manifest
+                    named = compaction.repack(upload, named)
+                    manifests = {n: m for (kind, n), m in named.items() if kind == "artifact"}
+                    state_manifest = named.get(("state", ""))
+                    ledger_manifest = named.get(("ledger", ""))
                 upload.finish()  # every pack the record names is stored before the record exists
             except BaseException:
                 upload.abort()
