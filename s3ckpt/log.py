@@ -44,7 +44,7 @@ from .errors import (
     describe,
 )
 from .records import RECORD_SCHEMA_VERSION, CommitRecord, EffectRecord, HeadPointer, Ledger
-from .references import PRUNED, objects_of
+from .references import COMMIT_DEADLINE, PRUNED, objects_of
 from .workflows import POLICIES, OnVersionChange, resolve
 from .writer import Writer
 
@@ -614,6 +614,8 @@ class Run:
                 created_at=_now(),
                 checkpoint_seq=None if parent is None else parent.seq,
                 provenance=dict(claimed or {}),
+                # The collector reads it: its grace must outlast this writer's slowest commit.
+                meta={COMMIT_DEADLINE: self.store.options.commit_deadline},
             )
             entry, ours = self._put_record(record)
             if not ours:

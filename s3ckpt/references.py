@@ -11,6 +11,12 @@ from .records import ChunkRef, CommitRecord, Manifest
 
 #: ``meta`` key of a tombstone (a ``pruned`` record): what it replaced.
 PRUNED = "pruned"
+#: ``meta`` key of a removal marker of a LangGraph run (the saver's ``forget``): ``[[first, last],
+#: ...]``, ranges of earlier seqs whose records it removes. The collector treats them as it treats
+#: the records before a ``deleted`` record: gone, kept for the grace, then replaced by tombstones.
+REMOVES = "removes"
+#: ``meta`` key of a claim: the seconds its writer may take per commit (``StoreOptions.commit_deadline``).
+COMMIT_DEADLINE = "commit_deadline"
 #: The sealed-document kind of the LangGraph saver's writes objects, which name chunks too.
 LANGGRAPH_WRITES_KIND = "langgraph-writes"
 

@@ -83,7 +83,10 @@ def plan(entries: list[Entry], policy: Policy, now: datetime) -> tuple[list[Entr
     if policy.keep_last:
         keep.update(checkpoints[-policy.keep_last :])
     if policy.keep_within is not None:
-        young = now - policy.keep_within
+        try:
+            young = now - policy.keep_within
+        except OverflowError:  # "keep forever": before any date there is
+            young = datetime.min.replace(tzinfo=UTC)
         keep.update(e.record.seq for e in live if e.record.kind == "checkpoint" and e.record.created_at >= young)
     by_seq = {e.record.seq: e for e in live}
     # What a kept record names stays: the checkpoint a claim (or anything after the latest) builds

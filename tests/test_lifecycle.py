@@ -353,3 +353,12 @@ def test_storage_stays_bounded_under_retention_gc_and_repacking() -> None:
     assert store.verify(read_data=True).ok
     store.close()
     MemoryBackend.wipe(name)
+
+
+def test_keep_within_forever_keeps_everything(clocked: tuple[s3ckpt.Store, Clock]) -> None:
+    store, _ = clocked
+    writer = store.run("r").claim()
+    for i in range(3):
+        writer.commit({"i": i})
+    assert store.prune(keep_within=timedelta.max).records_pruned == 0
+    assert store.prune(keep_last=0, keep_within=timedelta(days=800_000)).records_pruned == 0
