@@ -650,9 +650,7 @@ def effects(ctx: typer.Context, run: str) -> None:
     """The effects ledger of RUN: each effect's status (unknown ones need `s3ckpt resolve`)."""
     c: Context = ctx.obj
     with c.open() as store:
-        cp = store.run(run).latest()
-        if cp is None:
-            _no_run(run)
+        cp = _checkpoint(_existing_run(store, run), None)
         rows = [e.model_dump(mode="json") for e in cp.effects]
 
         def render() -> None:
