@@ -54,6 +54,7 @@ from .errors import (
     ConfigurationError,
     ConflictError,
     DecryptionError,
+    IncompatibleSchemaError,
     IntegrityError,
     RunNotFoundError,
     S3ckptError,
@@ -502,8 +503,8 @@ def run_row(store: Store, run_id: str) -> dict[str, Any]:
         tail = _tail(handle)
         latest = handle.latest() if tail is not None and tail.kind != "deleted" else None
         unknown = [e for e in latest.effects if e.status in ("pending", "unknown")] if latest is not None else []
-    except IntegrityError as exc:
-        row["problem"] = f"{exc}"
+    except (IntegrityError, DecryptionError, IncompatibleSchemaError) as exc:  # this run's: list the others
+        row["problem"] = f"{type(exc).__name__}: {exc}"
         return row
     if tail is None:
         row["problem"] = "the run has no records"
