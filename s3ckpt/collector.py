@@ -2,31 +2,31 @@
 
 Mark, then sweep. The collector first notes the storage's clock and lists every pack; then it
 reads every record of every run, every young tombstone and every LangGraph writes object, and marks
-the objects they need; then it deletes the listed packs that nothing marked and whose storage-clock
-age (``LastModified``, never this host's clock) exceeds the grace. A writer refuses to create a
-record later than ``commit_deadline`` after its commit began, and the grace exceeds that deadline,
-so a record the mark missed (created after it) never names a pack old enough to be deleted. A record
+the objects they need (a LangGraph thread's removed records and the writes objects of its removed
+checkpoints for the grace only: ``langgraph_gc``); then it deletes the listed packs that nothing
+marked and whose storage-clock age (``LastModified``, never this host's clock) exceeds the grace.
+A writer refuses to create a record later than ``commit_deadline`` after its commit began, and the
+grace exceeds that deadline, so a record the mark missed (created after it) never names a pack old enough to be deleted. A record
 it cannot read stops the collector before anything is deleted: an unreadable record may need any
 pack.
 """
 
 from __future__ import annotations
 
-import json
 import secrets
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from . import codec
 from ._names import _BLOB_ID, parse_seq
 from .backends import ObjectInfo
 from .blobs import stored_at
 from .errors import AccessDeniedError, InvalidArgumentError, ObjectNotFoundError
+from .langgraph_gc import is_saver_run, mark_saver_run, writes_objects
 from .log import Entry, Run
 from .records import Manifest
-from .references import LANGGRAPH_WRITES_KIND, manifests_of, objects_named_by_tombstone
+from .references import manifests_of, objects_named_by_tombstone
 
 if TYPE_CHECKING:
     from .store import Store
@@ -48,7 +48,10 @@ class GcReport:
     bytes_freed: int
     #: Unreferenced packs younger than the grace: an in-flight commit may be about to name them.
     packs_kept_young: int
+    #: keys deleted: packs, then LangGraph writes objects of removed checkpoints
     deleted: tuple[str, ...] = ()
+    #: LangGraph writes objects deleted (their checkpoints were removed longer than the grace ago)
+    writes_deleted: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -94,6 +97,8 @@ class Marks:
     objects: set[str] = field(default_factory=set)
     #: (object key, offset) -> sealed length (None: a whole format-1 blob)
     extents: dict[tuple[str, int], int | None] = field(default_factory=dict)
+    #: LangGraph writes objects that are garbage: their checkpoint is gone (langgraph_gc)
+    dead_writes: list[ObjectInfo] = field(default_factory=list)
 
     def add(self, manifests: Iterable[Manifest]) -> None:
         for manifest in manifests:
@@ -135,10 +140,21 @@ def mark(
     ``collect``, its records are replaced by tombstones. Raises (IntegrityError, BackendError)
     rather than miss a reference."""
     marks = Marks()
+    #: run prefix -> ids of the checkpoints whose LangGraph writes objects stay
+    keep: dict[str, set[str]] = {}
     for run_id in store.runs():
         marks.runs += 1
         run = Run(store, run_id)
         loaded = sorted(_records(run), key=lambda pair: pair[1].record.seq)
+        if is_saver_run(run_id):  # removed by markers, kept for the grace (langgraph_gc)
+            saver = mark_saver_run(run, loaded, now=now, grace=grace, collect=collect)
+            marks.records += saver.records
+            marks.add(saver.manifests)
+            marks.objects.update(saver.objects)
+            keep[run.prefix] = saver.keep
+            if progress is not None:
+                progress(f"marked run {run_id!r}")
+            continue
         deleted = bool(loaded) and loaded[-1][1].record.kind == "deleted"
         for info, entry in loaded:
             record = entry.record
@@ -154,8 +170,12 @@ def mark(
             marks.add(manifests_of(record).values())
         if progress is not None:
             progress(f"marked run {run_id!r}")
-    for manifests in _writes_objects(store):
-        marks.add(manifests)
+    for wo in writes_objects(store):
+        young = now - wo.info.last_modified < grace
+        if young or wo.run_prefix not in keep or wo.checkpoint_id in keep[wo.run_prefix]:
+            marks.add(wo.manifests)
+        else:
+            marks.dead_writes.append(wo.info)
     return marks
 
 
@@ -177,26 +197,6 @@ def _records(run: Run) -> Iterator[tuple[ObjectInfo, Entry]]:
     for loaded in run.store.pool.map(load, infos):
         if loaded is not None:
             yield loaded
-
-
-def _writes_objects(store: Store) -> Iterator[list[Manifest]]:
-    """The manifests of every LangGraph writes object (``runs/<run>/writes/...``)."""
-    keys = [info.key for info in store.backend.list("runs/") if "/writes/" in info.key]
-
-    def load(key: str) -> list[Manifest]:
-        try:
-            sealed = store.backend.get(key).data
-        except ObjectNotFoundError:
-            return []  # deleted by its saver meanwhile
-        plain = codec.open_document(store.cipher, LANGGRAPH_WRITES_KIND, key[len("runs/") :], sealed, key=key)
-        document = json.loads(plain)
-        artifacts = document.get("a") if isinstance(document, dict) else None
-        if not isinstance(artifacts, dict):
-            return []
-        # JSON has lists where a Manifest has tuples: validated from JSON, as the saver reads it
-        return [Manifest.model_validate_json(json.dumps(value)) for value in artifacts.values()]
-
-    yield from store.pool.map(load, keys)
 
 
 def collect(store: Store, *, grace: timedelta, dry_run: bool, progress: Progress | None = None) -> GcReport:
@@ -226,9 +226,11 @@ def _collect(store: Store, *, grace: timedelta, dry_run: bool, progress: Progres
     doomed = [info for info in listed if info.key not in marks.objects and now - info.last_modified > grace]
     young = sum(1 for info in listed if info.key not in marks.objects and now - info.last_modified <= grace)
     if not dry_run:
+        # Dead writes objects first: none is left naming a deleted pack if this stops between.
+        list(store.pool.map(lambda info: store.backend.delete(info.key), marks.dead_writes))
         list(store.pool.map(lambda info: store.backend.delete(info.key), doomed))
         if progress is not None:
-            progress(f"deleted {len(doomed)} packs")
+            progress(f"deleted {len(doomed)} packs and {len(marks.dead_writes)} LangGraph writes objects")
     return GcReport(
         dry_run=dry_run,
         packs_total=len(listed),
@@ -236,7 +238,8 @@ def _collect(store: Store, *, grace: timedelta, dry_run: bool, progress: Progres
         packs_deleted=len(doomed),
         bytes_freed=sum(info.size for info in doomed),
         packs_kept_young=young,
-        deleted=tuple(sorted(info.key for info in doomed)),
+        deleted=(*sorted(info.key for info in doomed), *sorted(info.key for info in marks.dead_writes)),
+        writes_deleted=len(marks.dead_writes),
     )
 
 

@@ -216,3 +216,59 @@ def test_copy_thread_stalled_past_the_deadline_copies_nothing_naming_a_deleted_p
     assert isinstance(error, s3ckpt.CommitDeadlineError), error
     assert S3ckptSaver(env.store).get_tuple(config(thread="copy")) is None
     assert_nothing_names_a_missing_pack(env.store)
+
+
+def test_core_delete_run_of_a_thread_reads_as_a_drop_and_the_thread_is_used_again(env: Env) -> None:
+    saver = S3ckptSaver(env.store, inline_limit=1024)
+    root = put(saver, None, "000001", 1, large())
+    saver.put_writes(root, [("c", large())], "task")
+    run_id = f"langgraph/{THREAD}/"
+    stale = S3ckptSaver(env.store, inline_limit=1024)
+    assert stale.get_tuple(config()) is not None
+    env.store.delete_run(run_id)  # the core's deletion: a deleted record, no state
+    assert saver.get_tuple(config()) is None  # the saver reads it as a drop
+    assert list(saver.list(config())) == []
+    with pytest.raises(s3ckpt.RunDeletedError):  # a saver that read the thread before is fenced
+        put(stale, "000001", "000009", 9, "late")
+    # The thread id is used again: a new history after the deletion.
+    value = large()
+    again = put(saver, None, "000002", 2, value)
+    saver.put_writes(again, [("c", "new")], "task")
+    env.clock.advance(600)
+    report = env.store.gc(grace=timedelta(seconds=1))
+    assert report.writes_deleted == 1
+    assert report.packs_deleted >= 2
+    assert [r.kind for r in env.store.run(run_id).records()] == ["pruned", "deleted", "checkpoint"]
+    got = S3ckptSaver(env.store).get_tuple(config())
+    assert got is not None
+    assert got.checkpoint["channel_values"] == {"x": value}
+    assert got.pending_writes == [("task", "c", "new")]
+    assert env.store.verify(read_data=True).ok
+    assert env.store.stats().garbage_bytes == 0
+
+
+def test_a_record_tombstoned_under_a_saver_reads_as_removed_and_is_not_reused(env: Env) -> None:
+    saver = S3ckptSaver(env.store, inline_limit=1024)
+    value = large()
+    root = put(saver, None, "000001", 1, value)
+    saver.put_writes(root, [("c", large())], "task")
+    child = put(saver, "000001", "000002", 2, "small")
+    assert saver.get_tuple(root) is not None
+    run = env.store.run(f"langgraph/{THREAD}/")
+    entry = next(e for e in run._entries() if e.record.seq == 0)
+    run._tombstone(entry)  # replaced under the saver (not through a marker)
+    assert saver.get_tuple(root) is None  # the listing shows another etag: it is gone
+    assert [t.checkpoint["id"] for t in saver.list(config())] == ["000002"]
+    got = saver.get_tuple(child)
+    assert got is not None
+    assert got.parent_config is not None
+    # A put whose channel has the removed record's version stores the value again: no chunk of the
+    # tombstoned record (or of its checkpoint's writes) is named.
+    cfg = saver.put(config("000002"), checkpoint("000003", 1, value), METADATA, {})
+    env.clock.advance(600)
+    assert env.store.gc(grace=timedelta(seconds=1)).packs_deleted >= 2  # the root's and its writes'
+    fresh = S3ckptSaver(env.store, inline_limit=1024).get_tuple(cfg)
+    assert fresh is not None
+    assert fresh.checkpoint["channel_values"] == {"x": value}
+    assert_nothing_names_a_missing_pack(env.store)
+    assert env.store.verify(read_data=True).ok

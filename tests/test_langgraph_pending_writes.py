@@ -351,7 +351,8 @@ def test_writes_objects_from_before_writers_were_named_are_read() -> None:
         lg = saver._log_of(THREAD, "")
         key = writes_key(lg.run.prefix, "000001", "t", [0], None)
         ref = {"t": "json", "b": "Im9sZCI="}  # json "old"
-        assert saver._store_writes(lg, _Writes(key, "000001", "t", "", [[0, "c", ref]], {}, time.time_ns(), None))
+        legacy = _Writes(key, "000001", "t", "", [[0, "c", ref]], {}, time.time_ns(), None)
+        assert saver._store_writes(lg, legacy, started=None)
         assert _pending(S3ckptSaver(store), "000001") == [("t", "c", "old")]
         saver.put_writes(root, [("c", "new")], "u")
         assert _pending(S3ckptSaver(store), "000001") == [("t", "c", "old"), ("u", "c", "new")]

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -252,8 +253,11 @@ def test_put_writes_does_not_wait_for_a_put_in_flight(tmp_path: Path) -> None:
         assert got.pending_writes == [("task", "a", 1)]
 
 
-def test_prune_and_delete_remove_writes_objects(tmp_path: Path) -> None:
-    with _store(tmp_path) as store:
+def test_prune_and_delete_mark_and_the_collector_removes(tmp_path: Path) -> None:
+    """prune and delete_thread only append markers (a worker may); readers see the result at once,
+    and gc, once the grace has passed, replaces the removed records with tombstones and deletes the
+    writes objects of removed checkpoints."""
+    with s3ckpt.open_store(str(tmp_path / "store"), key=s3ckpt.generate_key(), commit_deadline=0.2) as store:
         saver = S3ckptSaver(store)
         md: CheckpointMetadata = {"source": "loop", "step": 0, "parents": {}}
         config: RunnableConfig = {"configurable": {"thread_id": "p", "checkpoint_ns": ""}}
@@ -263,14 +267,27 @@ def test_prune_and_delete_remove_writes_objects(tmp_path: Path) -> None:
         saver.put_writes(second, [("a", 2)], "t2")
         assert len(_keys(store, "p", "writes/")) == 2
         saver.prune(["p"])
-        assert len(_keys(store, "p", "writes/")) == 1
+        assert len(_keys(store, "p", "writes/")) == 2  # nothing deleted: a marker was appended
         fresh = S3ckptSaver(store)
         assert [t.checkpoint["id"] for t in _chain(fresh, "p")] == ["2"]
         latest = fresh.get_tuple(config)
         assert latest is not None
         assert latest.pending_writes == [("t2", "a", 2)]
+        grace = timedelta(seconds=0.5)
+        assert store.gc(grace=grace).writes_deleted == 0  # within the grace: kept
+        time.sleep(0.6)
+        report = store.gc(grace=grace)
+        assert report.writes_deleted == 1
+        assert len(_keys(store, "p", "writes/")) == 1
+        kinds = [r.kind for r in store.run(run_id_for("p")).records()]
+        assert kinds == ["pruned", "checkpoint", "checkpoint"]  # put 1 (tombstone), put 2, forget
         saver.delete_thread("p")
+        assert S3ckptSaver(store).get_tuple(config) is None
+        time.sleep(0.6)
+        assert store.gc(grace=grace).writes_deleted == 1
         assert _keys(store, "p", "writes/") == []
+        assert [r.kind for r in store.run(run_id_for("p")).records()] == ["pruned"] * 3 + ["deleted"]
+        assert store.verify(read_data=True).ok
         assert S3ckptSaver(store).get_tuple(config) is None
 
 
@@ -340,7 +357,7 @@ def test_writes_ride_in_the_next_put_while_puts_are_under_way(tmp_path: Path) ->
         lg2 = fresh._log_of("r", "")
         with lg2.commit, lg2.lock:
             fresh._sync(lg2)
-            fresh._forget(lg2, {lg2.puts["2"]}, set())
+            fresh._forget(lg2, {lg2.puts["2"]})
         assert len(_keys(store, "r", "writes/")) == 1
         got = S3ckptSaver(store).get_tuple(first)
         assert got is not None

@@ -1,9 +1,13 @@
 """Deletion: ``delete_thread``, ``delete_for_runs`` and ``prune``.
 
-Each appends a marker to the run's log, then deletes what the marker removes: ``drop`` (a
+Each only appends a marker to the run's log, a create, which the worker role may do: ``drop`` (a
 ``deleted`` record one epoch up, which fences s3ckpt writers too) removes everything before it;
-``forget`` names the seqs whose records are removed. A removed record that carries pending writes
-of a checkpoint that stays has them written as writes objects first (docs/langgraph.md, "Layout").
+``forget`` names the seqs whose records are removed (``meta.removes``, which the collector reads
+too) and the writes objects that stop counting (``state.hide``). Nothing is deleted or replaced:
+readers treat what a marker removes as gone, and ``store.gc``, run by the operator, replaces the
+removed records with tombstones and deletes their data and the writes objects of removed
+checkpoints (docs/langgraph.md, "Deletion"). A removed record that carries pending writes of a
+checkpoint that stays has them written as writes objects first.
 """
 
 from __future__ import annotations
@@ -12,8 +16,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any, cast
 
-from ..._names import parse_seq
-from .index import _add_writes, _latest, _Log, _objects, _put_writer, _remove_writes
+from ...references import REMOVES
+from .index import _add_writes, _latest, _Log, _objects, _put_writer
 from .pending import _pending
 from .redaction import NameChecks
 from .thread_log import LogView
@@ -34,44 +38,25 @@ def _ranges(seqs: Iterable[int]) -> list[list[int]]:
 class Deletion(LogView, NameChecks, ValueCodec):
     """The saver's deletion of threads, checkpoints and writes (a part of :class:`S3ckptSaver`)."""
 
-    def _delete_keys(self, keys: Iterable[str]) -> None:
-        backend = self.store.backend
-        futures = [self.store.pool.submit(backend.delete, key) for key in keys]
-        for f in futures:
-            f.result()
-
-    def _delete_objects(self, lg: _Log, seqs: Iterable[int], writes: Iterable[str] = ()) -> None:
-        self._delete_keys([*(lg.run._log_key(s) for s in seqs), *writes])
-
     def _drop(self, lg: _Log) -> None:
-        """Append a drop marker (a ``deleted`` record, which fences s3ckpt writers too), then
-        delete every record before it and every writes object."""
+        """Append a drop marker (a ``deleted`` record, which fences s3ckpt writers too): every
+        record before it, and every writes object of their checkpoints, is gone. A run with
+        nothing live after its last drop is left as it is."""
         with lg.commit, lg.lock:
             self._sync(lg)
-            if lg.tail is None or (lg.tail.record.kind == "deleted" and not lg.records):
-                # Nothing to mark; writes objects without a live checkpoint are only removed.
-                self._delete_keys(sorted(_objects(lg.wobjs)))
-                lg.wobjs.clear()
-                lg.writes.clear()
+            if not lg.records and (lg.tail is None or lg.tail.record.kind == "deleted"):
                 return
-            marker = self._append(lg, {"lg": 1, "op": "drop"}, {}, drop=True)
-            prefix = lg.run.prefix
-            keys = [info.key for info in self.store.backend.list(prefix)]
-            seqs = [
-                s for s in (parse_seq(k[len(prefix) + 4 :]) for k in keys if k.startswith(prefix + "log/")) if s is not None
-            ]
-            writes = [k for k in keys if k.startswith(prefix + "writes/")]
-            self._delete_objects(lg, [s for s in seqs if s < marker.record.seq], writes)
-            lg.wobjs.clear()
-            lg.writes.clear()
+            self._append(lg, {"lg": 1, "op": "drop"}, {}, drop=True)
 
-    def _forget(self, lg: _Log, seqs: set[int], writes: set[str]) -> None:
-        """Append a forget marker naming ``seqs``, then delete those records and the writes
-        objects ``writes``. For a checkpoint that stays while its child goes: the pending writes
-        the removed record carries are first written as writes objects, and, when no child remains
-        to say which of its writes count, the writes that do not count (a losing host's) are
-        deleted first, so its pending writes stay those its child was computed from. Call holding
-        ``lg.commit`` and ``lg.lock``."""
+    def _forget(self, lg: _Log, seqs: set[int]) -> None:
+        """Append a forget marker naming ``seqs`` (put records): they and the writes objects of
+        their checkpoints are gone. For a checkpoint that stays while its child goes: the pending
+        writes the removed record carries are first written as writes objects, and, when no
+        child remains to say which of its writes count, the marker hides the writes that do not
+        count (a losing host's), so its pending writes stay those its child was computed from.
+        Call holding ``lg.commit`` and ``lg.lock``."""
+        if not seqs:
+            return
         kept_parents: set[str] = set()
         for seq in sorted(seqs):
             record = lg.records.get(seq)
@@ -93,16 +78,12 @@ class Deletion(LogView, NameChecks, ValueCodec):
                 continue  # a remaining child says which writes count
             counted = {wo.ident(lg.run.prefix) for _, _, _, _, wo, _ in _pending(lg, parent)}
             hidden.update(k for k in _objects(lg.writes.get(parent, ())) if lg.wobjs[k].ident(lg.run.prefix) not in counted)
-        hidden -= writes
-        # They do not count while the child is there, so deleting them first changes no reader's view.
-        self._delete_keys(sorted(hidden))
-        for key in hidden:
-            _remove_writes(lg, key)
-        if seqs:
-            self._append(lg, {"lg": 1, "op": "forget", "seqs": _ranges(seqs)}, {})
-        self._delete_objects(lg, sorted(seqs), sorted(writes))
-        for key in writes:
-            _remove_writes(lg, key)
+        prefix = lg.run.prefix
+        ranges = _ranges(seqs)
+        state = {"lg": 1, "op": "forget", "seqs": ranges}
+        if hidden:
+            state["hide"] = sorted(key[len(prefix) :] for key in hidden)
+        self._append(lg, state, {}, meta={REMOVES: ranges})
 
     def delete_thread(self, thread_id: str) -> None:
         for thread, ns in self._thread_namespaces(str(thread_id)):
@@ -117,13 +98,11 @@ class Deletion(LogView, NameChecks, ValueCodec):
             with lg.commit, lg.lock:
                 self._sync(lg)
                 gone: set[int] = set()
-                writes: set[str] = set()
-                for cid, seq in lg.puts.items():
+                for seq in lg.puts.values():
                     metadata = self._load_inline(cast(dict[str, Any], lg.records[seq].state)["metadata"])
                     if self._is_run(metadata.get("run_id"), wanted):
                         gone.add(seq)
-                        writes.update(_objects(lg.writes.get(cid, ())))
-                self._forget(lg, gone, writes)
+                self._forget(lg, gone)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         if strategy not in ("keep_latest", "delete"):
@@ -139,5 +118,4 @@ class Deletion(LogView, NameChecks, ValueCodec):
                     latest = _latest(lg)
                     if latest is None:
                         continue
-                    keep = lg.writes.get(latest, set())
-                    self._forget(lg, set(lg.records) - {lg.puts[latest]}, _objects(lg.wobjs) - keep)
+                    self._forget(lg, set(lg.records) - {lg.puts[latest]})

@@ -49,6 +49,14 @@ class _Log:
     #: (channel, version) -> (seq of a put record storing it, its ref)
     values: dict[tuple[str, str], tuple[int, _Ref]] = field(default_factory=dict)
     forgotten: set[int] = field(default_factory=set)
+    #: ids of checkpoints removed (by a forget or drop marker, or tombstoned) and not put again:
+    #: their writes objects are dead (never read, never reused, collected by ``store.gc``)
+    dead: set[str] = field(default_factory=set)
+    #: keys of writes objects a forget marker hid (``state.hide``): writes of a checkpoint that
+    #: stays which no longer count once the child they lost to is removed
+    hidden: set[str] = field(default_factory=set)
+    #: seq -> etag of a live put record as listed: a changed etag is a tombstone written over it
+    etags: dict[int, str | None] = field(default_factory=dict)
     #: put calls under way (entered, maybe waiting for ``commit``)
     puts_active: int = 0
     #: checkpoint id -> artifacts of its put while the record's PUT is under way (so writes of
@@ -88,6 +96,8 @@ def _version_key(version: Any) -> str:
 
 
 def _add_writes(lg: _Log, wo: _Writes) -> None:
+    if wo.key in lg.hidden:
+        return
     old = lg.wobjs.get(wo.key)
     if old is not None and old.checkpoint_id != wo.checkpoint_id:
         lg.writes.get(old.checkpoint_id, set()).discard(wo.key)
@@ -111,7 +121,9 @@ def _remove_writes(lg: _Log, key: str) -> None:
 
 
 def _drop_record(lg: _Log, seq: int) -> None:
+    """Remove a put record from the index: forgotten by a marker, or tombstoned under it."""
     lg.forgotten.add(seq)
+    lg.etags.pop(seq, None)
     record = lg.records.pop(seq, None)
     if record is None or not isinstance(record.state, dict):
         return
@@ -119,6 +131,7 @@ def _drop_record(lg: _Log, seq: int) -> None:
     cid: str = state["id"]
     if state["op"] == "put" and lg.puts.get(cid) == seq:
         del lg.puts[cid]
+        _checkpoint_gone(lg, cid)
     siblings = lg.children.get(state.get("parent") or "")
     if siblings is not None:
         siblings.discard(seq)
@@ -126,6 +139,19 @@ def _drop_record(lg: _Log, seq: int) -> None:
             del lg.children[state["parent"]]
     for i in range(len(state.get("pw") or ())):
         _remove_writes(lg, f"@{seq}/{i}")
+
+
+def _checkpoint_gone(lg: _Log, cid: str) -> None:
+    """A checkpoint's last put record is gone: its writes objects are dead (docs/langgraph.md,
+    "Deletion")."""
+    lg.dead.add(cid)
+    for key in _objects(lg.writes.get(cid, ())):
+        _remove_writes(lg, key)
+
+
+def _hide(lg: _Log, key: str) -> None:
+    lg.hidden.add(key)
+    _remove_writes(lg, key)
 
 
 def _apply(lg: _Log, entry: Entry) -> None:
@@ -144,6 +170,7 @@ def _apply(lg: _Log, entry: Entry) -> None:
     lg.digests[seq] = entry.digest
     state: dict[str, Any] = record.state if isinstance(record.state, dict) else {}
     if record.kind == "deleted":  # a drop: everything before it is gone
+        lg.dead.update(lg.puts)
         lg.records.clear()
         lg.puts.clear()
         lg.writes.clear()
@@ -151,14 +178,17 @@ def _apply(lg: _Log, entry: Entry) -> None:
         lg.values.clear()
         lg.forgotten.clear()
         lg.children.clear()
+        lg.etags.clear()
         lg.digests = {seq: entry.digest}
         return
+    # A tombstone (kind "pruned") reads as the record it replaced, removed: nothing to index.
     if record.kind != "checkpoint" or state.get("lg") != 1 or seq in lg.forgotten:
         return
     op = state.get("op")
     if op == "put":
         lg.records[seq] = record
         lg.puts[state["id"]] = seq
+        lg.dead.discard(state["id"])
         if state["parent"] is not None:
             lg.parents.add(state["parent"])
             lg.children.setdefault(state["parent"], set()).add(seq)
@@ -172,6 +202,8 @@ def _apply(lg: _Log, entry: Entry) -> None:
         for first, last in state["seqs"]:
             for gone in range(first, last + 1):
                 _drop_record(lg, gone)
+        for ident in state.get("hide") or ():
+            _hide(lg, lg.run.prefix + str(ident))
 
 
 def _latest(lg: _Log) -> str | None:

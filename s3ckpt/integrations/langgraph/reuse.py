@@ -22,8 +22,10 @@ def _known(lg: _Log, checkpoint_id: str | None) -> tuple[dict[str, ChunkRef], Co
     manifests = list(parent.artifacts.values()) if parent is not None else []
     if parent is None and checkpoint_id in lg.inflight:
         manifests += lg.inflight[checkpoint_id].values()
-    for key in lg.writes.get(checkpoint_id or "", ()):
-        manifests += lg.wobjs[key].artifacts.values()
+    if checkpoint_id is not None and (checkpoint_id in lg.puts or checkpoint_id in lg.inflight):
+        # Only a live checkpoint's writes: those of a removed one are garbage (store.gc).
+        for key in lg.writes.get(checkpoint_id, ()):
+            manifests += lg.wobjs[key].artifacts.values()
     for manifest in manifests:
         known.update((c.id, c) for c in manifest.chunks)
     return known, parent

@@ -21,8 +21,8 @@ from ..._names import parse_seq
 from ...errors import ConflictError, FencedError, RunDeletedError
 from ...log import Entry
 from ...records import RECORD_SCHEMA_VERSION, CommitRecord, Manifest
-from .ids import RUN_PREFIX, parse_run_id, run_id_for
-from .index import _add_writes, _apply, _Log, _objects, _remove_writes
+from .ids import RUN_PREFIX, _segment, parse_run_id, run_id_for
+from .index import _add_writes, _apply, _drop_record, _Log, _objects, _remove_writes
 from .writes import WritesObjects
 
 #: Runs whose index a saver keeps in memory (least recently used are dropped).
@@ -57,36 +57,56 @@ class LogView(WritesObjects):
 
     def _sync(self, lg: _Log) -> None:
         """Read what changed since this saver last looked (everything the first time): one LIST of
-        the run's prefix (``log/`` and ``writes/``), then the new records and the new or changed
-        writes objects, in parallel. Writes objects no longer listed (pruned) are dropped."""
+        the run's prefix (``log/`` and ``writes/``), then the new records, the live records whose
+        etag changed (a tombstone written over one: it is gone) and the new or changed writes
+        objects of checkpoints that are not dead, in parallel. Writes objects no longer listed
+        (collected) are dropped."""
         run = lg.run
         prefix = run.prefix
-        seqs: builtins.list[int] = []
+        logged: dict[int, str | None] = {}
         listed: dict[str, str | None] = {}
         for info in self.store.backend.list(prefix):
             rest = info.key[len(prefix) :]
             if rest.startswith("log/"):
                 seq = parse_seq(rest[len("log/") :])
                 if seq is not None:
-                    seqs.append(seq)
+                    logged[seq] = info.etag
             elif rest.startswith("writes/"):
                 listed[info.key] = info.etag
         after = lg.tail.record.seq if lg.loaded and lg.tail is not None else -1
+        dead = {_segment(c) for c in lg.dead if c not in lg.puts and c not in lg.inflight}
         wanted = [
             (key, etag)
             for key, etag in listed.items()
-            if key not in lg.wobjs or (etag is not None and lg.wobjs[key].etag != etag)
+            if key not in lg.hidden
+            and key[len(prefix) + len("writes/") :].split("/", 1)[0] not in dead
+            and (key not in lg.wobjs or (etag is not None and lg.wobjs[key].etag != etag))
         ]
-        futures = [self.store.pool.submit(run._load, s) for s in sorted(seqs) if s > after]
+        # A live record listed with another etag than when it was read was replaced: a tombstone.
+        # (One this saver appended has no etag yet: the first listing gives it.)
+        for s in lg.records.keys() - lg.etags.keys():
+            lg.etags[s] = logged.get(s)
+        replaced = [s for s in lg.records if s in logged and lg.etags[s] != logged[s]]
+        futures = [self.store.pool.submit(run._load, s) for s in sorted(logged) if s > after]
+        rereads = [(s, self.store.pool.submit(run._load, s)) for s in replaced]
         found = self._fetch_writes(run.run_id, wanted)
         entries = [e for e in (f.result() for f in futures) if e is not None]
         lg.loaded = True
+        for seq, future in rereads:
+            again = future.result()
+            if again is None or again.record.kind == "pruned":
+                _drop_record(lg, seq)  # tombstoned under this saver: as if it were forgotten
+            else:
+                lg.etags[seq] = logged[seq]
         for entry in sorted(entries, key=lambda e: e.record.seq):
             _apply(lg, entry)
+            if entry.record.seq in lg.records:
+                lg.etags[entry.record.seq] = logged.get(entry.record.seq)
         for key in [k for k in _objects(lg.wobjs) if k not in listed]:
             _remove_writes(lg, key)
         for wo in found:
-            _add_writes(lg, wo)
+            if wo.checkpoint_id not in lg.dead or wo.checkpoint_id in lg.puts:
+                _add_writes(lg, wo)
 
     def _append(
         self,
@@ -96,6 +116,7 @@ class LogView(WritesObjects):
         *,
         drop: bool = False,
         started: float | None = None,
+        meta: Mapping[str, Any] | None = None,
     ) -> Entry:
         """Commit ``state`` at the seq after the last record observed; ConflictError if taken.
         Call holding ``lg.commit`` and ``lg.lock``; ``lg.lock`` is released during the PUT (the
@@ -103,7 +124,8 @@ class LogView(WritesObjects):
 
         ``started`` (``time.monotonic()``, taken before the chunks ``artifacts`` names were chosen
         or uploaded): the record is refused with CommitDeadlineError once ``commit_deadline`` has
-        passed since, as core commits are, so it never names a pack the collector deleted."""
+        passed since, as core commits are, so it never names a pack the collector deleted.
+        ``meta``: more of the record's meta (a forget marker's ``removes``, which the collector reads)."""
         if artifacts and started is None:
             raise AssertionError(f"run {lg.run.run_id!r}: a record naming chunks needs the time its commit started")
         tail = lg.tail
@@ -122,7 +144,7 @@ class LogView(WritesObjects):
             checkpoint_seq=None if drop else seq,
             state=state,
             artifacts=dict(artifacts),
-            meta={"langgraph": state["op"]},
+            meta={"langgraph": state["op"], **(meta or {})},
         )
         lg.lock.release()
         try:
