@@ -245,11 +245,11 @@ class Hosts(RuleBasedStateMachine):
 
     @rule(host=st.integers(0, HOSTS - 1), pick=st.integers(0, 2))
     def delete_checkpoint(self, host: int, pick: int) -> None:
-        """delete_for_runs of one checkpoint's run: it reads the thread, appends a forget marker."""
+        """delete_for_runs of one checkpoint's run: it reads the thread, appends a forget marker.
+        Other hosts may be behind it: no record is deleted, so their next put conflicts, and a
+        write of theirs that the marker hid is written again when they repeat it."""
         model = self.model
-        if len(self.checkpoints) < 2 or any(pos != model.length for pos in model.position.values()):
-            # A host behind a forget marker may commit once into a removed slot, which readers
-            # ignore (docs/langgraph.md, "Limits"): delete only when every host is current.
+        if len(self.checkpoints) < 2:
             return
 
         cid = self.checkpoints[-1 - pick % len(self.checkpoints)]
@@ -371,3 +371,30 @@ def test_a_special_write_superseded_after_the_child_read_it_stays_the_childs() -
         b.put(root, _checkpoint("000002", 2), METADATA, {"x": f"{2:032}.0"})
         assert _pending(S3ckptSaver(store), "000001") == [("t", ERROR, "first")]
         assert _pending(a, "000001") == [("t", ERROR, "first")]
+
+
+def _stale_host_rewrites(*, evicted: bool) -> list[Write]:
+    """Host b writes a write of checkpoint 1 that does not count (a's child 2 was computed without
+    it); a removes 2 (delete_for_runs), which hides b's write; b, which has not read the thread
+    since, writes the same (task, idx) again. ``evicted``: b's index of the thread is gone too."""
+    with s3ckpt.open_store(key=s3ckpt.generate_key(), backend=MemoryBackend(f"stale-{uuid.uuid4().hex}")) as store:
+        a, b = S3ckptSaver(store), S3ckptSaver(store)
+        a.put(_config(), _checkpoint("000001", 0), {**METADATA, "run_id": "r1"}, {"x": f"{0:032}.0"})
+        a.put(_config("000001"), _checkpoint("000002", 1), {**METADATA, "run_id": "r2"}, {"x": f"{1:032}.0"})
+        b.list(_config())
+        b.put_writes(_config("000001"), [("c", "first")], "t1")
+        assert _pending(S3ckptSaver(store), "000001") == []  # a's child counts none of b's
+        a.delete_for_runs(["r2"])
+        assert _pending(S3ckptSaver(store), "000001") == []  # b's write stays hidden
+        if evicted:
+            b._logs.clear()
+        b.put_writes(_config("000001"), [("c", "again")], "t1")
+        pending = _pending(S3ckptSaver(store), "000001")
+        assert _pending(b, "000001") == pending
+        return pending
+
+
+@pytest.mark.parametrize("evicted", [False, True], ids=["remembered", "evicted"])
+def test_a_write_hidden_by_another_hosts_removal_is_written_again(evicted: bool) -> None:
+    """Regression: b remembered its hidden write and skipped the new one, which was lost."""
+    assert _stale_host_rewrites(evicted=evicted) == [("t1", "c", "again")]

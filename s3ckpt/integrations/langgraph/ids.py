@@ -57,15 +57,26 @@ def writes_prefix(run_prefix: str, checkpoint_id: str) -> str:
     return f"{run_prefix}writes/{_segment(checkpoint_id)}/"
 
 
-def writes_key(run_prefix: str, checkpoint_id: str, task_id: str, idxs: Sequence[int], writer: str | None, t: int = 0) -> str:
+def writes_key(
+    run_prefix: str,
+    checkpoint_id: str,
+    task_id: str,
+    idxs: Sequence[int],
+    writer: str | None,
+    t: int = 0,
+    *,
+    timed: bool = False,
+) -> str:
     """The key of the writes object of one ``put_writes`` call (its writes' indexes, in order) by
     one writer (a saver's ``writer_id``), written at ``t``. A call with a special channel (negative
     index) is named by its time too: special writes supersede earlier ones by a newer object, so
-    no object is ever overwritten, and what a key names never changes. ``writer=None`` is the
-    layout before writers were named (read, never written)."""
+    no object is ever overwritten, and what a key names never changes. So is a call whose key
+    without it is taken by an object a forget marker hid (``timed``: the writer writes that
+    write again, and the hidden object is never overwritten). ``writer=None`` is the layout before
+    writers were named (read, never written)."""
     name = _idx_name(idxs)
     if writer is None:
         return f"{writes_prefix(run_prefix, checkpoint_id)}{_segment(task_id)}/{name}"
-    if any(i < 0 for i in idxs):
+    if timed or any(i < 0 for i in idxs):
         name = f"{name}.{t}"
     return f"{writes_prefix(run_prefix, checkpoint_id)}{_segment(task_id)}/{_segment(writer)}/{name}"

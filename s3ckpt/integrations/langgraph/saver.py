@@ -192,11 +192,18 @@ class S3ckptSaver(Reads, Deletion, AsyncMethods):
         me: _Waiting | None = None
         # The deadline of a writes object with artifacts runs from before its chunks are chosen.
         started = time.monotonic()
+        regular = {(str(task_id), WRITES_IDX_MAP.get(channel, i)) for i, (channel, _) in enumerate(writes)}
+        with lg.lock:
+            repeat = any(idx >= 0 and (task, idx) in regular for task, _, idx, _, _, _ in self._own(lg, checkpoint_id))
+        if repeat:
+            # This saver stored some of these writes, as far as it knows: another host may have
+            # hidden them since (a forget marker hides a write that did not count). Look, without
+            # moving this saver's log position; a write that is hidden is written again.
+            self._peek_hides(lg)
         with lg.lock:
             # idempotent per writer: a repeat of this saver's own write is skipped; another
             # writer's write of the same (task, idx) does not stand in for it
-            own = _pending(lg, checkpoint_id, writer=self.writer_id)
-            stored = {(task, idx) for task, _, idx, _, _, _ in own}
+            stored = {(task, idx) for task, _, idx, _, _, _ in self._own(lg, checkpoint_id)}
             known, _ = _known(lg, checkpoint_id)
             busy = lg.puts_active > 0 or time.monotonic() - lg.last_put_end < _WAIT_GRACE
             if busy and checkpoint_id not in lg.parents and len(lg.waiting) < _MAX_RIDERS:
@@ -211,6 +218,10 @@ class S3ckptSaver(Reads, Deletion, AsyncMethods):
                     if me in lg.waiting:
                         lg.waiting.remove(me)
                     lg.changed.notify_all()
+
+    def _own(self, lg: _Log, checkpoint_id: str) -> builtins.list[tuple[str, str, int, str, _Writes, _Ref]]:
+        """This saver's pending writes of a checkpoint, as its index has them. Call holding ``lg.lock``."""
+        return _pending(lg, checkpoint_id, writer=self.writer_id)
 
     def _put_writes(
         self,
@@ -281,11 +292,25 @@ class S3ckptSaver(Reads, Deletion, AsyncMethods):
         if not entries:
             return
         t = time.time_ns()
-        key = writes_key(lg.run.prefix, checkpoint_id, task_id, [e[0] for e in entries], self.writer_id, t)
+        idxs = [e[0] for e in entries]
+        key = writes_key(lg.run.prefix, checkpoint_id, task_id, idxs, self.writer_id, t)
+        with lg.lock:
+            hidden = key in lg.hidden
         wo = _Writes(key, checkpoint_id, task_id, task_path, entries, artifacts, t, self.writer_id)
-        if me is not None and not artifacts and _ride(lg, me, wo):
+        timed = writes_key(lg.run.prefix, checkpoint_id, task_id, idxs, self.writer_id, t, timed=True)
+        if hidden:  # written again after a forget marker hid it: under a new name
+            wo = replace(wo, key=timed, timed=True)
+        elif me is not None and not artifacts and _ride(lg, me, wo):
             return
         stored_wo = self._store_writes(lg, wo, started=started)
+        if stored_wo is None and not wo.timed:
+            # The name is taken: a repeat this saver did not know of, or its own earlier write that
+            # a forget marker hid since it last read the run. Look at the log to tell which.
+            self._peek_hides(lg)
+            with lg.lock:
+                hidden = key in lg.hidden
+            if hidden:
+                stored_wo = self._store_writes(lg, replace(wo, key=timed, timed=True), started=started)
         if stored_wo is not None:
             with lg.lock:
                 _add_writes(lg, stored_wo)

@@ -22,7 +22,7 @@ from ...errors import ConflictError, FencedError, RunDeletedError
 from ...log import Entry
 from ...records import RECORD_SCHEMA_VERSION, CommitRecord, Manifest
 from .ids import RUN_PREFIX, _segment, parse_run_id, run_id_for
-from .index import _add_writes, _apply, _drop_record, _Log, _objects, _remove_writes
+from .index import _add_writes, _apply, _drop_record, _hide, _Log, _objects, _remove_writes
 from .writes import WritesObjects
 
 #: Runs whose index a saver keeps in memory (least recently used are dropped).
@@ -107,6 +107,25 @@ class LogView(WritesObjects):
         for wo in found:
             if wo.checkpoint_id not in lg.dead or wo.checkpoint_id in lg.puts:
                 _add_writes(lg, wo)
+
+    def _peek_hides(self, lg: _Log) -> None:
+        """Learn which writes objects the forget markers after the last record observed hide,
+        without observing those records: the log position (what the next put commits after) moves
+        only when the graph reads the thread, so a graph that is behind still conflicts. One LIST
+        of the run's log and a GET of each record after the position. Call without ``lg.lock``."""
+        run = lg.run
+        prefix = f"{run.prefix}log/"
+        with lg.lock:
+            after = lg.tail.record.seq if lg.loaded and lg.tail is not None else -1
+        listed = (parse_seq(info.key[len(prefix) :]) for info in self.store.backend.list(prefix))
+        seqs = sorted(s for s in listed if s is not None and s > after)
+        entries = [e for e in self.store.pool.map(run._load, seqs) if e is not None]
+        with lg.lock:
+            for entry in entries:
+                state: Any = entry.record.state
+                if entry.record.kind == "checkpoint" and isinstance(state, dict) and state.get("op") == "forget":
+                    for ident in state.get("hide") or ():
+                        _hide(lg, run.prefix + str(ident))
 
     def _append(
         self,

@@ -57,10 +57,14 @@ class _Writes:
     #: the saver (``writer_id``) that wrote it; None in objects written before writers were named
     writer: str | None
     etag: str | None = None
+    #: named by its time although its writes are regular (``ids.writes_key``): written again after
+    #: a forget marker hid the object of the same name
+    timed: bool = False
 
     def ident(self, run_prefix: str) -> str:
         """Its name whether it is an object or rides in a record: the key of its object."""
-        return writes_key(run_prefix, self.checkpoint_id, self.task, [w[0] for w in self.w], self.writer, self.t)
+        idxs = [w[0] for w in self.w]
+        return writes_key(run_prefix, self.checkpoint_id, self.task, idxs, self.writer, self.t, timed=self.timed)
 
 
 class WritesObjects:
@@ -85,6 +89,8 @@ class WritesObjects:
         }
         if wo.writer is not None:
             document["wr"] = wo.writer
+        if wo.timed:
+            document["tk"] = 1
         return codec.seal_document(self.store.cipher, WRITES_KIND, self._writes_name(wo.key), json.dumps(document).encode())
 
     def _open_writes(self, run_id: str, key: str, sealed: bytes, etag: str | None) -> _Writes:
@@ -101,6 +107,7 @@ class WritesObjects:
                 t=int(doc["t"]),
                 writer=None if doc.get("wr") is None else str(doc["wr"]),
                 etag=etag,
+                timed=doc.get("tk") == 1,
             )
             run = doc["run"]
         except (ValueError, KeyError, TypeError, RecursionError) as exc:
