@@ -33,6 +33,7 @@ from .errors import (
     CommitDeadlineError,
     ConflictError,
     EffectSettledError,
+    FencedError,
     IntegrityError,
     InvalidArgumentError,
     ObjectNotFoundError,
@@ -43,7 +44,7 @@ from .errors import (
     UnsupportedBackendError,
     describe,
 )
-from .records import RECORD_SCHEMA_VERSION, CommitRecord, EffectRecord, HeadPointer, Ledger
+from .records import RECORD_SCHEMA_VERSION, CommitRecord, EffectRecord, HeadPointer, Ledger, Manifest
 from .references import COMMIT_DEADLINE, PRUNED, objects_of
 from .workflows import POLICIES, OnVersionChange, resolve
 from .writer import Writer
@@ -626,6 +627,87 @@ class Run:
             writer._move_head(seq)
             return writer
         raise ConflictError(f"run {self.run_id!r}: could not claim after 64 attempts", run_id=self.run_id, seq=-1)
+
+    # -- optimistic appends, for integrations (the LangGraph saver) ---------------------------
+    # A writer that keeps its own view of the log (what it last read) and appends after it, with
+    # no claim: a record lands exactly where the caller expects, or nothing is written.
+
+    def entry(self, seq: int) -> Entry | None:
+        """The record at ``seq`` as stored (a tombstone for a removed record: kind ``pruned``), or
+        None if there is none. One GET; the chain is the caller's to check (``Entry.record.prev``
+        against the digest of the record before)."""
+        return self._load(check_seq(seq))
+
+    def append(
+        self,
+        state: Any,
+        *,
+        after: Entry | None,
+        writer_id: str,
+        artifacts: Mapping[str, Manifest] | None = None,
+        meta: Mapping[str, Any] | None = None,
+        deletes: bool = False,
+        started: float | None = None,
+    ) -> Entry:
+        """Append one record right after ``after`` (the last record the caller observed; None for
+        an empty log), create-if-absent, chained to it and with its epoch: a ``checkpoint`` whose
+        ``state`` (a JSON value), ``artifacts`` (manifests of stored chunks, named by reference)
+        and ``meta`` are stored as given (not redacted: the caller's to redact), or with
+        ``deletes`` a ``deleted`` record one epoch up, which removes every record before it (for
+        readers, and for ``store.gc``, which collects them) and fences every writer of the epochs
+        below. If another writer appended since, the seq is taken and nothing is written:
+        RunDeletedError when the record there is a deletion, FencedError when its epoch is higher,
+        else ConflictError (read the log again, then decide). The seq is never moved on: where a
+        record goes is the caller's decision. ``started`` (``time.monotonic()`` before the chunks
+        ``artifacts`` names were chosen or uploaded) holds the record to ``commit_deadline``
+        (CommitDeadlineError); a record that names chunks needs it."""
+        self._require_atomic_create()
+        if not isinstance(writer_id, str) or not writer_id:
+            raise InvalidArgumentError(f"writer_id is a non-empty string naming the writer, not {describe(writer_id)}")
+        named = dict(artifacts or {})
+        if deletes and (named or state is not None):
+            raise InvalidArgumentError("a deleted record holds no state and no artifacts; append them before it")
+        if any(m.chunks for m in named.values()) and started is None:
+            raise InvalidArgumentError(
+                "a record that names chunks needs started= (time.monotonic() before they were chosen or uploaded), "
+                "so that it is held to commit_deadline"
+            )
+        seq = after.record.seq + 1 if after is not None else 0
+        epoch = after.record.epoch if after is not None else 1
+        record_meta: dict[str, Any] = dict(meta or {})
+        if not deletes:
+            # As a claim does: the collector's grace must outlast this writer's slowest commit.
+            record_meta.setdefault(COMMIT_DEADLINE, self.store.options.commit_deadline)
+        record = CommitRecord(
+            schema_version=RECORD_SCHEMA_VERSION,
+            kind="deleted" if deletes else "checkpoint",
+            run_id=self.run_id,
+            seq=seq,
+            epoch=epoch + 1 if deletes else epoch,
+            writer_id=writer_id,
+            write_id=secrets.token_hex(16),
+            prev=after.digest if after is not None else None,
+            created_at=_now(),
+            checkpoint_seq=None if deletes else seq,
+            state=None if deletes else state,  # validated as JSON by the record's model
+            artifacts=named,
+            meta=record_meta,
+        )
+        entry, ours = self._put_record(record, started=started)
+        if ours:
+            self.store.seen.advance(self.run_id, entry)
+            return entry
+        other = entry.record
+        if other.kind == "deleted":
+            raise RunDeletedError(run_id=self.run_id, seq=other.seq, epoch=record.epoch, newer_epoch=other.epoch)
+        if other.epoch > record.epoch:
+            raise FencedError(run_id=self.run_id, seq=other.seq, epoch=record.epoch, newer_epoch=other.epoch)
+        raise ConflictError(
+            f"run {self.run_id!r}: seq {seq} was committed by another writer after the record this one last read; "
+            "nothing was written. Read the log again (Run.records) and decide what to append after it.",
+            run_id=self.run_id,
+            seq=seq,
+        )
 
 
 def check_deadline(store: Store, started: float, key: str) -> None:

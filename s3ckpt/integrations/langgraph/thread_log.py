@@ -10,17 +10,15 @@ cannot fork one thread.
 from __future__ import annotations
 
 import builtins
-import secrets
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any
 
 from ..._names import parse_seq
-from ...errors import ConflictError, FencedError, RunDeletedError
+from ...errors import CommitDeadlineError, ConflictError, FencedError
 from ...log import Entry
-from ...records import RECORD_SCHEMA_VERSION, CommitRecord, Manifest
+from ...records import Manifest
 from .ids import RUN_PREFIX, _segment, parse_run_id, run_id_for
 from .index import _add_writes, _apply, _drop_record, _hide, _Log, _objects, _remove_writes
 from .writes import WritesObjects
@@ -87,8 +85,8 @@ class LogView(WritesObjects):
         for s in lg.records.keys() - lg.etags.keys():
             lg.etags[s] = logged.get(s)
         replaced = [s for s in lg.records if s in logged and lg.etags[s] != logged[s]]
-        futures = [self.store.pool.submit(run._load, s) for s in sorted(logged) if s > after]
-        rereads = [(s, self.store.pool.submit(run._load, s)) for s in replaced]
+        futures = [self.store.pool.submit(run.entry, s) for s in sorted(logged) if s > after]
+        rereads = [(s, self.store.pool.submit(run.entry, s)) for s in replaced]
         found = self._fetch_writes(run.run_id, wanted)
         entries = [e for e in (f.result() for f in futures) if e is not None]
         lg.loaded = True
@@ -119,7 +117,7 @@ class LogView(WritesObjects):
             after = lg.tail.record.seq if lg.loaded and lg.tail is not None else -1
         listed = (parse_seq(info.key[len(prefix) :]) for info in self.store.backend.list(prefix))
         seqs = sorted(s for s in listed if s is not None and s > after)
-        entries = [e for e in self.store.pool.map(run._load, seqs) if e is not None]
+        entries = [e for e in self.store.pool.map(run.entry, seqs) if e is not None]
         with lg.lock:
             for entry in entries:
                 state: Any = entry.record.state
@@ -145,48 +143,30 @@ class LogView(WritesObjects):
         or uploaded): the record is refused with CommitDeadlineError once ``commit_deadline`` has
         passed since, as core commits are, so it never names a pack the collector deleted.
         ``meta``: more of the record's meta (a forget marker's ``removes``, which the collector reads)."""
-        if artifacts and started is None:
-            raise AssertionError(f"run {lg.run.run_id!r}: a record naming chunks needs the time its commit started")
-        tail = lg.tail
-        seq = tail.record.seq + 1 if tail is not None else 0
-        epoch = tail.record.epoch if tail is not None else 1
-        record = CommitRecord(
-            schema_version=RECORD_SCHEMA_VERSION,
-            kind="deleted" if drop else "checkpoint",
-            run_id=lg.run.run_id,
-            seq=seq,
-            epoch=epoch + 1 if drop else epoch,
-            writer_id=self.writer_id,
-            write_id=secrets.token_hex(16),
-            prev=tail.digest if tail is not None else None,
-            created_at=datetime.now(UTC),
-            checkpoint_seq=None if drop else seq,
-            state=state,
-            artifacts=dict(artifacts),
-            meta={"langgraph": state["op"], **(meta or {})},
-        )
         lg.lock.release()
         try:
-            entry, ours = lg.run._put_record(record, started=started)
+            entry = lg.run.append(
+                None if drop else state,
+                after=lg.tail,
+                writer_id=self.writer_id,
+                artifacts=artifacts,
+                meta={"langgraph": state["op"], **(meta or {})},
+                deletes=drop,
+                started=started,
+            )
+        except (FencedError, CommitDeadlineError):
+            raise  # RunDeletedError too: a drop marker (or a core deletion) took the seq
+        except ConflictError as exc:
+            raise ConflictError(
+                f"LangGraph thread {lg.thread_id!r} (namespace {lg.ns!r}, run {lg.run.run_id!r}): seq {exc.seq} was "
+                "committed by another writer since this saver last read the thread, so two graphs are running the "
+                "thread at once. This one stops here, and the thread does not fork; read the thread again "
+                "(invoke, get_state) to continue from the other's checkpoint.",
+                run_id=lg.run.run_id,
+                seq=exc.seq,
+            ) from None
         finally:
             lg.lock.acquire()
-        if not ours:
-            raise self._conflict(lg, record, entry.record)
         _apply(lg, entry)
         return entry
 
-    @staticmethod
-    def _conflict(lg: _Log, mine: CommitRecord | None, other: CommitRecord) -> ConflictError:
-        epoch = mine.epoch if mine is not None else other.epoch
-        if other.kind == "deleted":
-            return RunDeletedError(run_id=lg.run.run_id, seq=other.seq, epoch=epoch, newer_epoch=other.epoch)
-        if other.epoch > epoch:
-            return FencedError(run_id=lg.run.run_id, seq=other.seq, epoch=epoch, newer_epoch=other.epoch)
-        return ConflictError(
-            f"LangGraph thread {lg.thread_id!r} (namespace {lg.ns!r}, run {lg.run.run_id!r}): seq {other.seq} was "
-            "committed by another writer since this saver last read the thread, so two graphs are running the "
-            "thread at once. This one stops here, and the thread does not fork; read the thread again "
-            "(invoke, get_state) to continue from the other's checkpoint.",
-            run_id=lg.run.run_id,
-            seq=other.seq,
-        )
