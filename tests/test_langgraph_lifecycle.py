@@ -272,3 +272,61 @@ def test_a_record_tombstoned_under_a_saver_reads_as_removed_and_is_not_reused(en
     assert fresh.checkpoint["channel_values"] == {"x": value}
     assert_nothing_names_a_missing_pack(env.store)
     assert env.store.verify(read_data=True).ok
+
+
+def test_a_copy_that_read_a_thread_before_its_deletion_keeps_its_data() -> None:
+    """copy_thread names the source's chunks from another run. A copy that read the source just
+    before delete_thread commits after a gc: the collector kept the removed records' data for the
+    grace after the drop marker, so the copy names nothing deleted (a deleted core run's data is
+    freed at once: no writer can name it)."""
+    clock = Clock()
+    name = f"lg-copy-{uuid.uuid4().hex}"
+    backend = StallingBackend(name, clock)
+    store = s3ckpt.open_store(key=s3ckpt.generate_key(), backend=backend, chunker=SMALL_CHUNKS, commit_deadline=5)
+    try:
+        env = Env(store, backend, clock)
+        saver = S3ckptSaver(store, inline_limit=1024)
+        value, written = large(), large()
+        root = put(saver, None, "000001", 1, value)
+        saver.put_writes(root, [("c", written)], "task")
+        clock.advance(600)  # the source's packs are old
+
+        class Stalling(S3ckptSaver):
+            def _sync(self, lg: Any) -> None:
+                super()._sync(lg)
+                if lg.thread_id == THREAD and threading.current_thread().name == "slow":
+                    backend.reached.set()
+                    assert backend.release.wait(30)
+
+        outcome: list[BaseException | None] = []
+
+        def copy() -> None:
+            try:
+                Stalling(store, inline_limit=1024).copy_thread(THREAD, "copy")
+                outcome.append(None)
+            except BaseException as exc:
+                outcome.append(exc)
+
+        thread = threading.Thread(target=copy, name="slow")
+        thread.start()
+        assert backend.reached.wait(10)
+        saver.delete_thread(THREAD)
+        clock.advance(5)
+        assert store.gc(grace=timedelta(seconds=10)).packs_deleted == 0  # the drop is younger than the grace
+        backend.release.set()
+        thread.join(30)
+        assert outcome == [None]
+        clock.advance(600)
+        report = store.gc(grace=timedelta(seconds=10))
+        assert report.writes_deleted == 1  # the source's, whose checkpoint is gone; the copy's stays
+        assert_nothing_names_a_missing_pack(env.store)
+        assert store.verify(read_data=True).ok
+        got = S3ckptSaver(store, inline_limit=1024).get_tuple(config(thread="copy"))
+        assert got is not None
+        assert got.checkpoint["channel_values"] == {"x": value}
+        assert got.pending_writes == [("task", "c", written)]
+        assert S3ckptSaver(store).get_tuple(config()) is None
+    finally:
+        backend.release.set()
+        store.close()
+        MemoryBackend.wipe(name)

@@ -381,7 +381,7 @@ def _stale_host_rewrites(*, evicted: bool) -> list[Write]:
         a, b = S3ckptSaver(store), S3ckptSaver(store)
         a.put(_config(), _checkpoint("000001", 0), {**METADATA, "run_id": "r1"}, {"x": f"{0:032}.0"})
         a.put(_config("000001"), _checkpoint("000002", 1), {**METADATA, "run_id": "r2"}, {"x": f"{1:032}.0"})
-        b.list(_config())
+        list(b.list(_config()))
         b.put_writes(_config("000001"), [("c", "first")], "t1")
         assert _pending(S3ckptSaver(store), "000001") == []  # a's child counts none of b's
         a.delete_for_runs(["r2"])
