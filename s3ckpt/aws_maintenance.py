@@ -11,7 +11,7 @@ and this configuration in the function's environment:
 - ``S3CKPT_GC_GRACE_SECONDS``: gc deletes an unreferenced pack only when its storage age exceeds
   this (default 3600, the library's default). It must exceed the writers' commit deadline.
 - ``S3CKPT_COMMIT_DEADLINE_SECONDS``: the writers' ``commit_deadline``, when they set one other than
-  the default (gc refuses a grace that does not exceed it).
+  the default (gc refuses a grace shorter than twice it).
 - ``S3CKPT_DRY_RUN``: ``true`` to report without deleting; an event ``{"dry_run": true}`` overrides it.
 
 The store is opened with ``create=False``: a wrong URL is an error, never a new empty store.
@@ -155,11 +155,12 @@ def run_maintenance(config: MaintenanceConfig) -> dict[str, Any]:
     with open_store(config.url, key=config.key, create=False, commit_deadline=config.commit_deadline) as store:
         # Checked before prune, so that a grace gc would refuse does not leave the job half done.
         deadline = timedelta(seconds=store.options.commit_deadline)
-        if config.gc_grace <= deadline:
+        if config.gc_grace < 2 * deadline:
             raise ConfigurationError(
-                f"S3CKPT_GC_GRACE_SECONDS ({config.gc_grace.total_seconds():.0f}) must exceed the writers' commit "
-                f"deadline ({deadline.total_seconds():.0f} s; S3CKPT_COMMIT_DEADLINE_SECONDS): a commit may take that "
-                "long between uploading a pack and naming it. Set a longer grace."
+                f"S3CKPT_GC_GRACE_SECONDS ({config.gc_grace.total_seconds():g}) must be at least twice the writers' "
+                f"commit deadline ({deadline.total_seconds():g} s; S3CKPT_COMMIT_DEADLINE_SECONDS): a commit may take "
+                "that long between uploading a pack and naming it, and its record may still be in flight. Set a "
+                "longer grace."
             )
         pruned: dict[str, Any] | None = None
         if config.prunes:

@@ -14,10 +14,11 @@ than ``REPACK_BELOW`` of the bytes, most dead first, up to ``REPACK_BUDGET`` byt
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Iterator, Mapping
 from typing import TypeVar
 
-from .blobs import BlobStore, Upload, stored_at
+from .blobs import BlobStore, Upload, _Span, stored_at
+from .errors import IntegrityError
 from .records import ChunkRef, Manifest
 
 K = TypeVar("K", bound=Hashable)
@@ -67,15 +68,26 @@ def plan(blobs: BlobStore, manifests: Mapping[K, Manifest], fresh: set[str]) -> 
     return moves
 
 
+def _verified(blobs: BlobStore, span: _Span) -> Iterator[tuple[ChunkRef, memoryview]]:
+    for ref, sealed in blobs._sealed_chunks(span):
+        blobs._open_chunk(ref, sealed, span.key)  # verified before it is copied
+        yield ref, sealed
+
+
 def repack(upload: Upload, manifests: dict[K, Manifest]) -> dict[K, Manifest]:
     """``manifests`` with the live chunks of mostly dead packs moved into ``upload``'s packs."""
     blobs = upload.blobs
     moved: dict[tuple[str, int], ChunkRef] = {}
     for chunks in plan(blobs, manifests, upload.created):
-        for span in blobs._spans(chunks):
-            for ref, sealed in blobs._sealed_chunks(span):
-                blobs._open_chunk(ref, sealed, span.key)  # verified before it is copied
-                moved[(stored_at(ref), ref.offset)] = upload.copy_sealed(ref, sealed)
+        try:
+            sealed = [(ref, bytes(data)) for span in blobs._spans(chunks) for ref, data in _verified(blobs, span)]
+        except IntegrityError:
+            # Gone or damaged: the collector took the pack of a deleted run whose fenced writer is
+            # committing, say. Repacking is only an optimisation; the commit goes on as it is and
+            # its record create decides (fenced, or the damage a reader reports).
+            continue
+        for ref, data in sealed:
+            moved[(stored_at(ref), ref.offset)] = upload.copy_sealed(ref, data)
     if not moved:
         return manifests
     return {

@@ -17,6 +17,8 @@ PRUNED = "pruned"
 REMOVES = "removes"
 #: ``meta`` key of a claim: the seconds its writer may take per commit (``StoreOptions.commit_deadline``).
 COMMIT_DEADLINE = "commit_deadline"
+#: ``StoreOptions.commit_deadline``'s default, assumed for writers that recorded none.
+DEFAULT_COMMIT_DEADLINE = 1800.0
 #: The sealed-document kind of the LangGraph saver's writes objects, which name chunks too.
 LANGGRAPH_WRITES_KIND = "langgraph-writes"
 

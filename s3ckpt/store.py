@@ -47,6 +47,7 @@ from .records import (
     StoreConfig,
 )
 from .redaction import DEFAULT_REDACTOR, Redactor
+from .references import DEFAULT_COMMIT_DEADLINE
 from .verify import Progress, VerifyReport, verify_store
 from .workflows import OnVersionChange, StateMigration, WorkflowMigrations
 
@@ -73,8 +74,8 @@ class StoreOptions:
     redactor: Redactor = DEFAULT_REDACTOR
     #: Seconds a commit may take from its start to its record's create. Later, the record is not
     #: written (CommitDeadlineError): ``store.gc`` deletes unreferenced packs older than its grace,
-    #: which must exceed this plus one request's time (docs/operations.md, "The collector").
-    commit_deadline: float = 1800.0
+    #: which must be at least twice this (docs/operations.md, "The collector"). Claims record it.
+    commit_deadline: float = DEFAULT_COMMIT_DEADLINE
 
 
 _BACKEND_OPTIONS = (

@@ -20,7 +20,7 @@ from s3ckpt.errors import AccessDeniedError
 from s3ckpt.integrations.langgraph import S3ckptSaver, run_id_for
 from tests.test_iam import REGION, Aws, bootstrap, iam_enforced
 
-GRACE = timedelta(seconds=1.5)
+GRACE = timedelta(seconds=2)
 
 
 class BucketPolicy(S3Backend):

@@ -343,8 +343,8 @@ def test_storage_stays_bounded_under_retention_gc_and_repacking() -> None:
         writer.commit({"i": i}, artifacts={"big": bytes(data)})
         if i % 20 == 0:
             store.prune(keep_last=5)
-            time.sleep(0.3)
-            store.gc(grace=timedelta(seconds=0.25))
+            time.sleep(0.45)
+            store.gc(grace=timedelta(seconds=0.4))
     stats = store.stats()
     assert stats.stored_bytes <= 1.3 * stats.live_bytes, stats
     latest = store.run("r").latest()

@@ -137,13 +137,13 @@ class Lifecycle(RuleBasedStateMachine):
         self.deleted.add(run)
         self.current[run] = None
 
-    @rule(seconds=st.sampled_from([1, 30, 59, 62, 600]))
+    @rule(seconds=st.sampled_from([1, 30, 59, 121, 600]))
     def tick(self, seconds: int) -> None:
         self.clock.now += timedelta(seconds=seconds)
 
     @rule()
     def gc(self) -> None:
-        self.store.gc(grace=timedelta(seconds=61))
+        self.store.gc(grace=timedelta(seconds=120))
 
     @invariant()
     def reads_back_what_was_acknowledged(self) -> None:

@@ -31,7 +31,7 @@ from .test_iam import REGION, _denied, _user, bootstrap, client, iam_enforced
 from .test_terraform import maintenance_policy_from_tf
 
 ARTIFACT = 64 << 10
-#: The writers' commit deadline the tests declare, so that gc accepts a grace of a second.
+#: The writers' commit deadline (their claims record it), so that gc accepts a grace of a second.
 DEADLINE = "0.4"
 GRACE_SECONDS = 1
 
@@ -113,7 +113,7 @@ def test_prune_then_gc_on_a_local_directory(
 ) -> None:
     key = s3ckpt.generate_key()
     url = str(tmp_path / "store")
-    with s3ckpt.open_store(url, key=key) as store:
+    with s3ckpt.open_store(url, key=key, commit_deadline=float(DEADLINE)) as store:
         payloads = commit_steps(store, "train", 6)
         commit_steps(store, "eval", 2)
         configure(monkeypatch, url, key, keep_last="2")
@@ -136,7 +136,7 @@ def test_prune_then_gc_on_a_local_directory(
 def test_dry_run_from_the_environment_or_the_event_deletes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     key = s3ckpt.generate_key()
     url = str(tmp_path / "store")
-    with s3ckpt.open_store(url, key=key) as store:
+    with s3ckpt.open_store(url, key=key, commit_deadline=float(DEADLINE)) as store:
         commit_steps(store, "train", 6)
         configure(monkeypatch, url, key, keep_last="2", dry_run="true")
         planned = invoke({"version": "0", "detail-type": "Scheduled Event", "detail": {}})  # what EventBridge sends
@@ -160,7 +160,7 @@ def test_dry_run_from_the_environment_or_the_event_deletes_nothing(tmp_path: Pat
 def test_without_a_retention_policy_it_only_collects_garbage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     key = s3ckpt.generate_key()
     url = str(tmp_path / "store")
-    with s3ckpt.open_store(url, key=key) as store:
+    with s3ckpt.open_store(url, key=key, commit_deadline=float(DEADLINE)) as store:
         commit_steps(store, "train", 3)
         commit_steps(store, "abandoned", 3)
         store.delete_run("abandoned")  # an operator's `s3ckpt rm`: its data is garbage after the grace
@@ -178,7 +178,7 @@ def test_without_a_retention_policy_it_only_collects_garbage(tmp_path: Path, mon
 def test_keep_within_keeps_young_checkpoints(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     key = s3ckpt.generate_key()
     url = str(tmp_path / "store")
-    with s3ckpt.open_store(url, key=key) as store:
+    with s3ckpt.open_store(url, key=key, commit_deadline=float(DEADLINE)) as store:
         commit_steps(store, "train", 4)
         configure(monkeypatch, url, key, keep_within_hours="1")
         assert invoke()["prune"]["records_pruned"] == 0
@@ -199,7 +199,7 @@ def test_it_never_creates_a_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 def test_a_grace_within_the_commit_deadline_stops_it_before_prune(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     key = s3ckpt.generate_key()
     url = str(tmp_path / "store")
-    with s3ckpt.open_store(url, key=key) as store:
+    with s3ckpt.open_store(url, key=key, commit_deadline=float(DEADLINE)) as store:
         commit_steps(store, "train", 3)
         configure(monkeypatch, url, key, keep_last="1", commit_deadline_seconds="5")
         with pytest.raises(s3ckpt.ConfigurationError, match="S3CKPT_GC_GRACE_SECONDS"):
@@ -217,7 +217,7 @@ def test_prune_then_gc_on_s3_with_a_kms_key(moto_s3: S3Bucket, monkeypatch: pyte
     kms.create_alias(AliasName=alias, TargetKeyId=kms.create_key()["KeyMetadata"]["KeyId"])
     monkeypatch.setenv("AWS_ENDPOINT_URL", moto_s3.endpoint_url)
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    with s3ckpt.open_store(moto_s3.url, key=f"kms:{alias}") as store:
+    with s3ckpt.open_store(moto_s3.url, key=f"kms:{alias}", commit_deadline=float(DEADLINE)) as store:
         payloads = commit_steps(store, "train", 6)
         configure(monkeypatch, moto_s3.url, f"kms:{alias}", keep_last="2")
         check_pruned_then_collected(store, payloads, slack=1.5)
@@ -231,9 +231,10 @@ def test_the_maintenance_policy_is_enough_for_prune_and_gc_and_stays_in_its_tena
     aws = bootstrap()
     policy = maintenance_policy_from_tf(bucket=aws.bucket, prefix="alpha", kms_key_arn=aws.key_arn, region=REGION)
     job = _user(client("iam", aws.admin), "s3ckpt-maint-alpha", policy)
-    with aws.open("beta", aws.workers["beta"]) as store:
+    with aws.open("beta", aws.workers["beta"], commit_deadline=float(DEADLINE)) as store:
         commit_steps(store, "other", 2)
-    with aws.open("alpha", aws.workers["alpha"]) as store:  # the worker writes; the job prunes and collects
+    # The worker writes; the job prunes and collects.
+    with aws.open("alpha", aws.workers["alpha"], commit_deadline=float(DEADLINE)) as store:
         payloads = commit_steps(store, "train", 6)
     # The handler uses the default credential chain, as in Lambda: the job's keys in the environment.
     for name in ("AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL_KMS"):
