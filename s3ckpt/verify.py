@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from .blobs import stored_at
 from .collector import list_data
 from .errors import S3ckptError
+from .langgraph_gc import writes_objects
 from .log import Run
 from .records import ChunkRef, EffectRecord, Manifest
 from .references import manifests_of, objects_of
@@ -82,6 +83,13 @@ def verify_store(store: Store, run_id: str | None, *, read_data: bool, progress:
             progress(f"run {index + 1}/{len(run_ids)}: {rid!r}")
         _verify_run(store, Run(store, rid), sizes, referenced, report)
         report.runs_checked += 1
+    if run_id is None:
+        for writes in writes_objects(store):  # a LangGraph writes object names chunks too
+            for manifest in writes.manifests:
+                referenced.update(stored_at(ref) for ref in manifest.chunks)
+                problem = _check_manifest(store, manifest.chunks, sizes, read_data=read_data, report=report)
+                if problem is not None:
+                    report.problems.append(Finding(None, problem[0], f"{writes.info.key}: {problem[1]}"))
     for key in store.backend.deleted_keys("runs/"):
         if "/log/" in key:
             report.problems.append(

@@ -362,3 +362,29 @@ def test_keep_within_forever_keeps_everything(clocked: tuple[s3ckpt.Store, Clock
         writer.commit({"i": i})
     assert store.prune(keep_within=timedelta.max).records_pruned == 0
     assert store.prune(keep_last=0, keep_within=timedelta(days=800_000)).records_pruned == 0
+
+
+def test_verify_checks_the_chunks_of_langgraph_writes_objects(clocked: tuple[s3ckpt.Store, Clock]) -> None:
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    from s3ckpt.integrations.langgraph import S3ckptSaver
+
+    store, _ = clocked
+    saver = S3ckptSaver(store, inline_limit=100)
+    checkpoint = empty_checkpoint()
+    checkpoint["channel_values"] = {"x": "small"}
+    checkpoint["channel_versions"] = {"x": saver.get_next_version(None, None)}
+    config = saver.put(
+        {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}, checkpoint, {"source": "loop", "step": 0}, {}
+    )
+    before = {info.key for info in store.backend.list("packs/")}
+    saver.put_writes(config, [("x", os.urandom(5000).hex())], "task1")  # a large value: chunks of its own
+    (pack,) = {info.key for info in store.backend.list("packs/")} - before
+    healthy = store.verify(read_data=True)
+    assert healthy.ok
+    assert pack not in healthy.orphans
+    store.backend.delete(pack)
+    broken = store.verify()
+    assert not broken.ok
+    assert broken.problems[0].key == pack
+    assert "writes" in broken.problems[0].message
