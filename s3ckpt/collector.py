@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ._names import _BLOB_ID, parse_seq
 from .backends import ObjectInfo
 from .blobs import stored_at
-from .errors import AccessDeniedError, InvalidArgumentError, ObjectNotFoundError
+from .errors import AccessDeniedError, InvalidArgumentError, ObjectNotFoundError, describe
 from .langgraph_gc import is_saver_run, mark_saver_run, writes_objects
 from .log import Entry, Run
 from .records import Manifest
@@ -238,7 +238,7 @@ def _check_grace(grace: timedelta, deadline: float, whose: str) -> None:
 
 def _collect(store: Store, *, grace: timedelta, dry_run: bool, progress: Progress | None) -> GcReport:
     if not isinstance(grace, timedelta) or grace < timedelta(0):
-        raise InvalidArgumentError(f"grace is a non-negative datetime.timedelta, not {grace!r}")
+        raise InvalidArgumentError(f"grace is a non-negative datetime.timedelta, not {describe(grace)}")
     _check_grace(grace, store.options.commit_deadline, "this store object's")
     now = storage_now(store)  # before the listing: ages are never overestimated
     listed = list_data(store)

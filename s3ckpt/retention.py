@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from .errors import InvalidArgumentError, S3ckptError
+from .errors import InvalidArgumentError, S3ckptError, describe
 from .log import Entry, Run
 
 if TYPE_CHECKING:
@@ -64,9 +64,9 @@ def check_policy(keep_last: Any, keep_within: Any) -> Policy:
             "prune never removes a run's latest checkpoint"
         )
     if keep_last is not None and (isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 0):
-        raise InvalidArgumentError(f"keep_last is a whole number of checkpoints >= 0, not {keep_last!r}")
+        raise InvalidArgumentError(f"keep_last is a whole number of checkpoints >= 0, not {describe(keep_last)}")
     if keep_within is not None and (not isinstance(keep_within, timedelta) or keep_within < timedelta(0)):
-        raise InvalidArgumentError(f"keep_within is a non-negative datetime.timedelta, not {keep_within!r}")
+        raise InvalidArgumentError(f"keep_within is a non-negative datetime.timedelta, not {describe(keep_within)}")
     return Policy(keep_last, keep_within)
 
 

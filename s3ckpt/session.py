@@ -380,10 +380,17 @@ class Session:
             self._spent[unit] = self._spent.get(unit, 0) + amount
         return self.budget
 
-    def checkpoint(self, *, artifacts: Mapping[str, Any] | None = None, meta: Mapping[str, Any] | None = None) -> Checkpoint:
-        """Commit now: the state, the ledger, and any artifacts."""
+    def checkpoint(
+        self,
+        *,
+        artifacts: Mapping[str, Any] | None = None,
+        meta: Mapping[str, Any] | None = None,
+        progress: Callable[[int, int | None], None] | None = None,
+    ) -> Checkpoint:
+        """Commit now: the state, the ledger, and any artifacts (``progress(done, total)`` as their
+        bytes are stored)."""
         self._check_running()
-        checkpoint = self._commit(artifacts=artifacts, meta=meta, force=True)
+        checkpoint = self._commit(artifacts=artifacts, meta=meta, force=True, progress=progress)
         assert checkpoint is not None  # forced commits always commit
         _boundaries.reached("after-checkpoint", str(checkpoint.seq))
         return checkpoint
@@ -499,13 +506,20 @@ class Session:
         return state + "\0" + self._ledger().model_dump_json()
 
     def _commit(
-        self, *, artifacts: Mapping[str, Any] | None = None, meta: Mapping[str, Any] | None = None, force: bool = False
+        self,
+        *,
+        artifacts: Mapping[str, Any] | None = None,
+        meta: Mapping[str, Any] | None = None,
+        force: bool = False,
+        progress: Callable[[int, int | None], None] | None = None,
     ) -> Checkpoint | None:
         snapshot = self._snapshot()
         if not force and snapshot == self._committed:
             return None
         try:
-            checkpoint = self._writer.commit(self.state, artifacts=artifacts, meta=meta, ledger=self._ledger())
+            checkpoint = self._writer.commit(
+                self.state, artifacts=artifacts, meta=meta, ledger=self._ledger(), progress=progress
+            )
         except ConflictError as exc:
             self._stopped = exc  # fenced or deleted: this session must not write again
             raise

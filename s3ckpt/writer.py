@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import secrets
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -102,14 +103,18 @@ class Writer:
         artifacts: Mapping[str, Any] | None = None,
         meta: Mapping[str, Any] | None = None,
         ledger: Ledger | None = None,
+        progress: Progress | None = None,
     ) -> Checkpoint:
         """Commit the next checkpoint. Raises FencedError if a newer writer claimed the run.
 
         Artifacts carry forward: those of the previous checkpoint that ``artifacts`` does not name
         are kept (by reference, nothing is copied); ``artifacts={"name": None}`` drops one. So does
         the session ledger (steps, effects, budget) unless ``ledger`` replaces it. Every string in
-        the state, meta and ledger goes through the store's redactor before it is encrypted."""
-        return self._commit(state, artifacts=artifacts, meta=meta, ledger=ledger)
+        the state, meta and ledger goes through the store's redactor before it is encrypted.
+        ``progress(done, total)`` is called as artifact bytes are stored (``total`` is None when a
+        stream's size is not known)."""
+        checked = values.callback(progress, "progress")
+        return self._commit(state, artifacts=artifacts, meta=meta, ledger=ledger, progress=checked)
 
     def _commit(
         self,
@@ -120,6 +125,7 @@ class Writer:
         ledger: Ledger | None,
         base: Mapping[str, Manifest] | None = None,
         started: float | None = None,
+        progress: Progress | None = None,
     ) -> Checkpoint:
         """``base``: the artifacts to start from instead of the parent's (a rollback's target);
         ``started``: when the commit began (a rollback reads its target first), for the deadline."""
@@ -162,6 +168,7 @@ class Writer:
                     assert ledger_text is not None
                     ledger_manifest = upload.write(ledger_text.encode("utf-8"))
                     ledger_value = None
+                meter = _Meter(progress, artifacts or {})
                 for name, value in (artifacts or {}).items():
                     name = values.name(name, "an artifact name")
                     if value is None:
@@ -169,7 +176,9 @@ class Writer:
                         continue
                     opened = open_source(value)
                     try:
-                        manifests[name] = upload.write(opened.source, consumed=opened.consumed, previous=manifests.get(name))
+                        consumed = meter.counting(opened.consumed)
+                        manifests[name] = upload.write(opened.source, consumed=consumed, previous=manifests.get(name))
+                        meter.finished(manifests[name].size)
                         opened.check_unchanged()
                     finally:
                         opened.close()
@@ -278,6 +287,50 @@ class Writer:
                         return  # someone already moved it past us
         except (BackendError, IntegrityError, pydantic.ValidationError) as exc:
             log.warning("could not move HEAD of run %r to %d: %s", run.run_id, seq, exc)
+
+
+#: ``progress(done, total)``: artifact bytes stored so far, of ``total`` (None: a stream of unknown size).
+Progress = Callable[[int, int | None], None]
+
+
+class _Meter:
+    """Turns each artifact's ``consumed(n)`` into ``progress(done, total)`` over the whole commit."""
+
+    def __init__(self, progress: Progress | None, artifacts: Mapping[str, Any]) -> None:
+        self.progress = progress
+        self.done = 0
+        sizes = [_size_of(value) for value in artifacts.values() if value is not None]
+        self.total = None if any(size is None for size in sizes) else sum(s for s in sizes if s is not None)
+
+    def counting(self, inner: Callable[[int], None] | None) -> Callable[[int], None] | None:
+        if self.progress is None:
+            return inner
+        progress, base = self.progress, self.done
+
+        def consumed(n: int) -> None:
+            if inner is not None:
+                inner(n)
+            progress(base + n, self.total)
+
+        return consumed
+
+    def finished(self, size: int) -> None:
+        self.done += size
+        if self.progress is not None:
+            self.progress(self.done, self.total)
+
+
+def _size_of(value: Any) -> int | None:
+    if isinstance(value, bytes | bytearray):
+        return len(value)
+    if isinstance(value, memoryview):
+        return value.nbytes
+    if isinstance(value, str | os.PathLike):
+        try:
+            return os.stat(value).st_size
+        except (OSError, ValueError):
+            return None  # open_source reports it
+    return None
 
 
 _Entry = TypeVar("_Entry", StepRecord, AttemptRecord, EffectRecord)

@@ -388,3 +388,19 @@ def test_verify_checks_the_chunks_of_langgraph_writes_objects(clocked: tuple[s3c
     assert not broken.ok
     assert broken.problems[0].key == pack
     assert "writes" in broken.problems[0].message
+
+
+def test_commit_reports_progress_over_all_its_artifacts(tmp_path: Path) -> None:
+    store = s3ckpt.open_store(str(tmp_path / "s"), key=s3ckpt.generate_key())
+    path = tmp_path / "weights.bin"
+    path.write_bytes(os.urandom(3 << 20))
+    seen: list[tuple[int, int | None]] = []
+    store.run("r").claim().commit(artifacts={"a": os.urandom(2 << 20), "b": path}, progress=lambda d, t: seen.append((d, t)))
+    assert seen[-1] == (5 << 20, 5 << 20)
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+    stream: list[tuple[int, int | None]] = []
+    with store.resume("s", workflow="w", workflow_version="1") as session, open(path, "rb") as f:
+        session.checkpoint(artifacts={"f": f}, progress=lambda d, t: stream.append((d, t)))
+    assert stream[-1] == (3 << 20, None)  # a stream's size is not known ahead
+    with pytest.raises(s3ckpt.InvalidArgumentError, match="progress"):
+        store.run("r").claim().commit(progress="yes")  # type: ignore[arg-type]

@@ -414,7 +414,13 @@ TARGETS = [
     Target(
         "Writer.commit",
         lambda w: w.fresh_run().claim().commit,
-        {"state": GOOD_STATE, "artifacts": just({"a.bin": b"abc"}), "meta": just({"m": 1}), "ledger": just(None)},
+        {
+            "state": GOOD_STATE,
+            "artifacts": just({"a.bin": b"abc"}),
+            "meta": just({"m": 1}),
+            "ledger": just(None),
+            "progress": just(None),
+        },
     ),
     Target("Checkpoint.open_artifact", lambda w: w.base.open_artifact, {"name": just("a.bin")}),
     Target("Checkpoint.read_artifact", lambda w: w.base.read_artifact, {"name": just("a.bin")}),
@@ -439,7 +445,11 @@ TARGETS = [
         },
     ),
     Target("Session.spend", lambda w: w.session().spend, {"**amounts": just({"usd": 0.5})}),
-    Target("Session.checkpoint", lambda w: w.session().checkpoint, {"artifacts": just(None), "meta": just(None)}),
+    Target(
+        "Session.checkpoint",
+        lambda w: w.session().checkpoint,
+        {"artifacts": just(None), "meta": just(None), "progress": just(None)},
+    ),
     Target("Session.state", _session_state, {"state": GOOD_STATE}),
     Target(
         "Redactor",
