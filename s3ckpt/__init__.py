@@ -41,7 +41,7 @@ from .errors import (
     UnsupportedBackendError,
 )
 from .log import Run
-from .records import AttemptRecord, EffectRecord, Ledger, StepRecord
+from .records import AttemptRecord, ChunkRef, EffectRecord, Ledger, Manifest, StepRecord
 from .redaction import DEFAULT_REDACTOR, NO_REDACTION, Redactor, SecretPattern
 from .ref import Ref
 from .session import Session
@@ -60,6 +60,7 @@ __all__ = [
     "BucketNotFoundError",
     "BudgetExceededError",
     "Checkpoint",
+    "ChunkRef",
     "CommitDeadlineError",
     "ConfigurationError",
     "ConflictError",
@@ -78,6 +79,7 @@ __all__ = [
     "InvalidRunIdError",
     "Ledger",
     "LocalPathError",
+    "Manifest",
     "MissingKeyError",
     "Redactor",
     "Ref",

@@ -147,6 +147,8 @@ def decode_head(cipher: Cipher, sealed: bytes, *, segment: str, key: str) -> Hea
 
 #: Kinds that s3ckpt itself seals; :func:`seal_document` refuses them.
 _CORE_KINDS = frozenset({"log", "head", "blob", "config", "keyfile"})
+#: The same, for the layers that check a kind before sealing (``Run.put_document``).
+CORE_KINDS = _CORE_KINDS
 
 
 def seal_document(cipher: Cipher, kind: str, name: str, document: bytes) -> bytes:

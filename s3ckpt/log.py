@@ -664,6 +664,16 @@ class Run:
         self._require_atomic_create()
         if not isinstance(writer_id, str) or not writer_id:
             raise InvalidArgumentError(f"writer_id is a non-empty string naming the writer, not {describe(writer_id)}")
+        if after is not None and not isinstance(after, Entry):
+            raise InvalidArgumentError(f"after is the Entry last read (Run.entry, Run.append) or None, not {describe(after)}")
+        deletes = values.flag(deletes, "deletes")
+        started = None if started is None else values.amount(started, "started")
+        if artifacts is not None and not (
+            isinstance(artifacts, Mapping) and all(isinstance(n, str) and isinstance(m, Manifest) for n, m in artifacts.items())
+        ):
+            raise InvalidArgumentError(f"artifacts maps names to Manifests, not {describe(artifacts)}")
+        state = values.json_value(state, "state")
+        meta = values.json_object(meta, "meta")
         named = dict(artifacts or {})
         if deletes and (named or state is not None):
             raise InvalidArgumentError("a deleted record holds no state and no artifacts; append them before it")
@@ -708,6 +718,120 @@ class Run:
             run_id=self.run_id,
             seq=seq,
         )
+
+    # -- documents beside the log, for integrations (the LangGraph saver) ----------------------
+    # Objects an integration keeps under the run's prefix next to ``log/`` (its "attachments"):
+    # each sealed with the store's cipher, bound to its kind and its key, so it opens as nothing
+    # else and under no other key, run or store.
+
+    def log_key(self, seq: int) -> str:
+        """The key of the log record at ``seq`` (for messages: ``runs/<segment>/log/<seq>``)."""
+        return self._log_key(check_seq(seq))
+
+    def listing(self, documents: str | None = None) -> RunListing:
+        """One LIST: the log's records (seq -> etag, as stored: a tombstone written over a record
+        has another etag) and, unless ``documents`` is None, the documents whose names start with
+        it (name -> etag). Without ``documents`` only ``log/`` is listed."""
+        if documents is not None:
+            _check_document_prefix(documents)
+        prefix = self.prefix
+        logged: dict[int, str | None] = {}
+        found: dict[str, str | None] = {}
+        for info in self.store.backend.list(prefix if documents is not None else f"{prefix}log/"):
+            rest = info.key[len(prefix) :]
+            if rest.startswith("log/"):
+                seq = parse_seq(rest[len("log/") :])
+                if seq is not None:
+                    logged[seq] = info.etag
+            elif documents is not None and rest != "HEAD" and rest.startswith(documents):
+                found[rest] = info.etag
+        return RunListing(logged, found)
+
+    def put_document(self, name: str, data: bytes, *, kind: str, create: bool = True) -> Document | None:
+        """Seal ``data`` as a document of ``kind`` named ``name`` (a path below the run's prefix,
+        not ``log/...`` or ``HEAD``) and store it: with ``create`` (the default) create-if-absent,
+        returning None when the name is taken (nothing is written); else it replaces any document
+        there. Returns the document as stored, with its etag."""
+        key = self._document_key(name)
+        _check_kind(kind)
+        create = values.flag(create, "create")
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise InvalidArgumentError(f"a document's data is bytes, not {describe(data)}")
+        sealed = codec.seal_document(self.store.cipher, kind, key[len("runs/") :], bytes(data))
+        try:
+            result = self.store.backend.put(key, sealed, mode="create" if create else "overwrite")
+        except PreconditionFailedError:
+            if create:
+                return None
+            raise
+        return Document(name, bytes(data), result.etag)
+
+    def get_document(self, name: str, *, kind: str) -> Document | None:
+        """The document of ``kind`` stored as ``name``, or None if there is none. IntegrityError
+        if the object there was sealed as another kind or name, or altered."""
+        key = self._document_key(name)
+        _check_kind(kind)
+        try:
+            got = self.store.backend.get(key)
+        except ObjectNotFoundError:
+            return None
+        return Document(name, self.open_document(name, got.data, kind=kind), got.etag)
+
+    def open_document(self, name: str, sealed: bytes, *, kind: str) -> bytes:
+        """The plaintext of a document of ``kind`` named ``name`` from its stored bytes (read by
+        the caller); IntegrityError if they were sealed as anything else, or altered."""
+        key = self._document_key(name)
+        _check_kind(kind)
+        if not isinstance(sealed, bytes | bytearray | memoryview):
+            raise InvalidArgumentError(f"a sealed document is bytes, not {describe(sealed)}")
+        return codec.open_document(self.store.cipher, kind, key[len("runs/") :], bytes(sealed), key=key)
+
+    def _document_key(self, name: Any) -> str:
+        if not isinstance(name, str) or not name or "\x00" in name:
+            raise InvalidArgumentError(f"a document name is a non-empty path, not {describe(name)}")
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidArgumentError(f"document name {name!r} is not valid Unicode text: {exc}") from None
+        parts = name.split("/")
+        if name == "HEAD" or parts[0] == "log" or any(p in ("", ".", "..") for p in parts):
+            raise InvalidArgumentError(
+                f"document name {name!r}: a path of non-empty segments below the run's prefix, not '.', '..', "
+                "HEAD or under log/"
+            )
+        return f"{self.prefix}{name}"
+
+
+@dataclass(frozen=True)
+class RunListing:
+    """What one LIST of a run found (``Run.listing``)."""
+
+    #: seq -> etag of every log record
+    log: dict[int, str | None]
+    #: name -> etag of every document listed
+    documents: dict[str, str | None]
+
+
+@dataclass(frozen=True)
+class Document:
+    """A document beside a run's log, as stored or read (``Run.put_document``/``get_document``)."""
+
+    name: str
+    data: bytes
+    etag: str | None
+
+
+def _check_kind(kind: Any) -> None:
+    if not isinstance(kind, str) or not kind or not kind.isascii() or not kind.isprintable() or kind in codec.CORE_KINDS:
+        raise InvalidArgumentError(
+            f"a document kind is a non-empty printable ASCII name other than {', '.join(sorted(codec.CORE_KINDS))}, "
+            f"not {describe(kind)}"
+        )
+
+
+def _check_document_prefix(prefix: Any) -> None:
+    if not isinstance(prefix, str) or not prefix.isascii() or not prefix.isprintable() or prefix.startswith("log/"):
+        raise InvalidArgumentError(f"a document prefix is a printable ASCII path (not under log/), not {describe(prefix)}")
 
 
 def check_deadline(store: Store, started: float, key: str) -> None:

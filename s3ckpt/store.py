@@ -7,10 +7,10 @@ import os
 import re
 import secrets
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pydantic
 import pydantic_core
@@ -19,7 +19,7 @@ from . import codec, collector, retention, values
 from ._names import RunNames, parse_seq
 from .backends import Backend, Match, PutMode, open_backend
 from .backends._retry import RetryingBackend
-from .blobs import DEFAULT_CHUNKER, BlobStore
+from .blobs import DEFAULT_CHUNKER, BlobStore, Upload
 from .crypto import Cipher
 from .errors import (
     BackendError,
@@ -43,7 +43,9 @@ from .records import (
     NEWEST_FORMAT_VERSION,
     RECORD_SCHEMA_VERSION,
     ChunkerParams,
+    ChunkRef,
     KeyFile,
+    Manifest,
     StoreConfig,
 )
 from .redaction import DEFAULT_REDACTOR, Redactor
@@ -55,6 +57,8 @@ if TYPE_CHECKING:
     from .session import Reconciler, Session
 
 log = logging.getLogger("s3ckpt")
+
+_R = TypeVar("_R")
 
 #: Where a key removal marks the key it removes while it checks that others remain.
 KEY_REMOVALS = "key-removals/"
@@ -319,6 +323,55 @@ class Store:
         finally:
             self.backend.delete(mark)
 
+    # -- for integrations (the LangGraph saver) ----------------------------------------------
+    # Values carried by reference (content-addressed chunks a record names in its ``artifacts``),
+    # the keyed digest s3ckpt records names with, and the store's thread pool.
+
+    def upload(self, reuse: Iterable[Manifest] | Mapping[str, ChunkRef] = ()) -> ValueUpload:
+        """Start storing values as chunks, for a record (``Run.append(artifacts=...)``) or a
+        document to name: ``with store.upload(reuse) as up: manifest = up.put(data)``. The chunks
+        of ``reuse`` (manifests, or chunk id -> stored chunk) are named again, not uploaded again.
+        Leaving the block uploads what is left; an error in it aborts (the packs written become
+        garbage for ``store.gc``). Take ``started = time.monotonic()`` before choosing ``reuse``:
+        the record naming these chunks is held to ``commit_deadline`` from then."""
+        known: dict[str, ChunkRef] = {}
+        if isinstance(reuse, Mapping):
+            for chunk_id, ref in reuse.items():
+                if not isinstance(ref, ChunkRef) or chunk_id != ref.id:
+                    raise InvalidArgumentError(f"reuse maps chunk ids to their ChunkRef, not {describe(ref)}")
+                known[chunk_id] = ref
+        elif isinstance(reuse, Iterable) and not isinstance(reuse, str | bytes | bytearray | memoryview):
+            for manifest in reuse:
+                if not isinstance(manifest, Manifest):
+                    raise InvalidArgumentError(f"reuse holds Manifests, not {describe(manifest)}")
+                known.update((c.id, c) for c in manifest.chunks)
+        else:
+            raise InvalidArgumentError(f"reuse is Manifests or a chunk id -> ChunkRef mapping, not {describe(reuse)}")
+        return ValueUpload(self.blobs.begin(known))
+
+    def read_value(self, manifest: Manifest) -> bytes:
+        """The bytes a manifest (from ``store.upload``, or a record's artifacts) names, every
+        chunk verified."""
+        if not isinstance(manifest, Manifest):
+            raise InvalidArgumentError(f"read_value takes a Manifest, not {describe(manifest)}")
+        return self.blobs.read_all(manifest)
+
+    def name_digest(self, name: str) -> str:
+        """A short keyed digest of a name (as s3ckpt records a name that redaction changed): two
+        names that redact alike stay apart, and nobody without the key can test a guess."""
+        if not isinstance(name, str):
+            raise InvalidArgumentError(f"name_digest takes a str, not {describe(name)}")
+        try:
+            return self.cipher.name_digest(name)
+        except UnicodeEncodeError as exc:
+            raise InvalidArgumentError(f"{name!r} is not valid Unicode text: {exc}") from None
+
+    def submit(self, fn: Callable[..., _R], *args: Any) -> Future[_R]:
+        """Run ``fn(*args)`` on the store's thread pool (which also moves chunks)."""
+        if not callable(fn):
+            raise InvalidArgumentError(f"submit takes a callable, not {describe(fn)}")
+        return self.pool.submit(fn, *args)
+
     # -- lifecycle ---------------------------------------------------------------------------
 
     def close(self) -> None:
@@ -330,6 +383,42 @@ class Store:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class ValueUpload:
+    """Values being stored as chunks (``Store.upload``): a context manager. ``put`` returns the
+    manifest of each value as soon as it is cut; the chunks are stored when the block ends."""
+
+    def __init__(self, upload: Upload) -> None:
+        self._upload = upload
+        self._done = False
+
+    def put(self, data: bytes | bytearray | memoryview, *, previous: Manifest | None = None) -> Manifest:
+        """Store ``data``; ``previous`` (the same value as stored before) guides the cut, so an
+        edit costs the chunks it touches."""
+        if self._done:
+            raise InvalidArgumentError("this upload has ended: start another with store.upload()")
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise InvalidArgumentError(f"put takes bytes, not {describe(data)}")
+        if previous is not None and not isinstance(previous, Manifest):
+            raise InvalidArgumentError(f"previous is a Manifest or None, not {describe(previous)}")
+        return self._upload.write(bytes(data) if isinstance(data, bytearray) else data, previous=previous)
+
+    def __enter__(self) -> ValueUpload:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        if self._done:
+            return
+        self._done = True
+        if exc_type is not None:
+            self._upload.abort()
+            return
+        try:
+            self._upload.finish()
+        except BaseException:
+            self._upload.abort()
+            raise
 
 
 def _config_check_message(config: StoreConfig) -> bytes:
@@ -443,9 +532,7 @@ def _unwrap(backend: Backend, config: StoreConfig, user_key: UserKey, kms: Calla
             key="config",
         )
     if isinstance(user_key, PassphraseKey) and len(candidates) > _MAX_PASSPHRASE_FILES:
-        log.warning(
-            "%d passphrase key files; trying %d (remove those no longer used)", len(candidates), _MAX_PASSPHRASE_FILES
-        )
+        log.warning("%d passphrase key files; trying %d (remove those no longer used)", len(candidates), _MAX_PASSPHRASE_FILES)
         candidates = candidates[:_MAX_PASSPHRASE_FILES]
     refusals: list[str] = []
     for keyfile in candidates:

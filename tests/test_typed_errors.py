@@ -359,6 +359,10 @@ TARGETS = [
         {"workflow": just("w"), "from_version": just("1"), "to_version": just("2"), "fn": just(lambda state: state)},
     ),
     Target("Store.run", lambda w: w.store.run, {"run_id": just("order-42")}),
+    Target("Store.upload", lambda w: w.store.upload, {"reuse": just(())}),
+    Target("Store.read_value", lambda w: w.store.read_value, {"manifest": lambda w: w.base.record.artifacts["a.bin"]}),
+    Target("Store.name_digest", lambda w: w.store.name_digest, {"name": just("order-42")}),
+    Target("Store.submit", lambda w: w.store.submit, {"fn": just(lambda: None)}),
     Target(
         "Store.verify", lambda w: w.store.verify, {"run_id": just("base"), "read_data": just(False), "progress": just(None)}
     ),
@@ -411,6 +415,33 @@ TARGETS = [
         {"idempotency_key": just("s3c-none"), "sent": just(False), "reference": just(None), "force": just(False)},
     ),
     Target("Run.rollback", lambda w: w.run_with_checkpoint().rollback, {"seq": just(1)}),
+    Target("Run.entry", lambda w: w.store.run("base").entry, {"seq": just(0)}),
+    Target(
+        "Run.append",
+        lambda w: w.fresh_run().append,
+        {
+            "state": GOOD_STATE,
+            "after": just(None),
+            "writer_id": just("w"),
+            "artifacts": just(None),
+            "meta": just(None),
+            "deletes": just(False),
+            "started": just(None),
+        },
+    ),
+    Target("Run.log_key", lambda w: w.store.run("base").log_key, {"seq": just(0)}),
+    Target("Run.listing", lambda w: w.store.run("base").listing, {"documents": just("notes/")}),
+    Target(
+        "Run.put_document",
+        lambda w: w.fresh_run().put_document,
+        {"name": just("notes/a"), "data": just(b"x"), "kind": just("test-doc"), "create": just(True)},
+    ),
+    Target("Run.get_document", lambda w: w.store.run("base").get_document, {"name": just("notes/a"), "kind": just("test-doc")}),
+    Target(
+        "Run.open_document",
+        lambda w: w.store.run("base").open_document,
+        {"name": just("notes/a"), "sealed": just(b"x" * 64), "kind": just("test-doc")},
+    ),
     Target(
         "Writer.commit",
         lambda w: w.fresh_run().claim().commit,
@@ -476,7 +507,7 @@ NO_ARGUMENTS = {
 }  # fmt: skip
 #: Public names that are not callables taking user input: error classes, records (pydantic models
 #: validate themselves and raise pydantic.ValidationError, a ValueError), constants, option holders.
-NOT_CALLED = {"StoreOptions", "Ref", "Ledger", "StepRecord", "AttemptRecord", "EffectRecord"}
+NOT_CALLED = {"StoreOptions", "Ref", "Ledger", "StepRecord", "AttemptRecord", "EffectRecord", "Manifest", "ChunkRef"}
 #: Parameters that take a callable: bad values there are also callables returning bad values.
 CALLABLE_PARAMS = {"fn", "send", "accept"}
 

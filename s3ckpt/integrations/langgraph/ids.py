@@ -14,7 +14,7 @@ from urllib.parse import quote, unquote
 
 from langchain_core.runnables import RunnableConfig
 
-from ..._names import encode_run_id
+from ...names import encode_segment
 
 #: Every run this saver writes has an id starting with this.
 RUN_PREFIX = "langgraph/"
@@ -44,7 +44,7 @@ def _where(config: RunnableConfig) -> tuple[str, str, str | None]:
 def _segment(text: str) -> str:
     """A key segment for a checkpoint or task id (injective; "~" alone for the empty string,
     which no escaped name can be)."""
-    return encode_run_id(text) if text else "~"
+    return encode_segment(text) if text else "~"
 
 
 def _idx_name(idxs: Sequence[int]) -> str:

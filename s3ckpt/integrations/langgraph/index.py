@@ -164,7 +164,7 @@ def _apply(lg: _Log, entry: Entry) -> None:
     if before is not None and record.prev != before:
         raise IntegrityError(
             f"run {lg.run.run_id!r}: record {seq} does not chain to the record before it; {DAMAGE_FIX}",
-            key=lg.run._log_key(seq),
+            key=lg.run.log_key(seq),
         )
     lg.tail = entry
     lg.digests[seq] = entry.digest

@@ -27,7 +27,7 @@ def _recorded_run_id(store: Store, run_id: str) -> str:
     """A metadata ``run_id`` as stored: redacted, and, when redaction changed it, followed by a
     keyed digest of itself (as s3ckpt records names), so ``delete_for_runs`` still finds it."""
     recorded = store.options.redactor.redact_text(run_id)
-    return recorded if recorded == run_id else f"{recorded}~{store.cipher.name_digest(run_id)}"
+    return recorded if recorded == run_id else f"{recorded}~{store.name_digest(run_id)}"
 
 
 def _redact_any(redactor: Redactor, value: Any) -> Any:

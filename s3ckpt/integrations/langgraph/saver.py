@@ -116,8 +116,7 @@ class S3ckptSaver(Reads, Deletion, AsyncMethods):
             parent_artifacts = parent.artifacts if parent is not None else {}
             refs: dict[str, _Ref] = {}
             artifacts: dict[str, Manifest] = {}
-            upload = self.store.blobs.begin(known)
-            try:
+            with self.store.upload(known) as upload:
                 for channel, version in checkpoint["channel_versions"].items():
                     name = f"c/{channel}"
                     found = None
@@ -133,10 +132,6 @@ class S3ckptSaver(Reads, Deletion, AsyncMethods):
                         continue  # an empty channel
                     ref["v"] = version
                     refs[channel] = ref
-                upload.finish()
-            except BaseException:
-                upload.abort()
-                raise
             state = {
                 "lg": 1,
                 "op": "put",
@@ -276,19 +271,14 @@ class S3ckptSaver(Reads, Deletion, AsyncMethods):
     ) -> None:
         entries: builtins.list[builtins.list[Any]] = []
         artifacts: dict[str, Manifest] = {}
-        upload = self.store.blobs.begin(known)
-        try:
+        with self.store.upload(known) as upload:
             for idx, channel, (type_, data) in dumped:
                 if len(data) <= self.inline_limit:
                     ref: _Ref = {"t": type_, "b": base64.b64encode(data).decode("ascii")}
                 else:
-                    artifacts[f"w/{idx}"] = upload.write(data, previous=None)
+                    artifacts[f"w/{idx}"] = upload.put(data, previous=None)
                     ref = {"t": type_, "a": f"w/{idx}"}
                 entries.append([idx, channel, ref])
-            upload.finish()
-        except BaseException:
-            upload.abort()
-            raise
         if not entries:
             return
         t = time.time_ns()

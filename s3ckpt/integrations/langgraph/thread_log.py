@@ -15,7 +15,6 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
-from ..._names import parse_seq
 from ...errors import CommitDeadlineError, ConflictError, FencedError
 from ...log import Entry
 from ...records import Manifest
@@ -61,16 +60,9 @@ class LogView(WritesObjects):
         (collected) are dropped."""
         run = lg.run
         prefix = run.prefix
-        logged: dict[int, str | None] = {}
-        listed: dict[str, str | None] = {}
-        for info in self.store.backend.list(prefix):
-            rest = info.key[len(prefix) :]
-            if rest.startswith("log/"):
-                seq = parse_seq(rest[len("log/") :])
-                if seq is not None:
-                    logged[seq] = info.etag
-            elif rest.startswith("writes/"):
-                listed[info.key] = info.etag
+        listing = run.listing("writes/")
+        logged = listing.log
+        listed = {prefix + name: etag for name, etag in listing.documents.items()}
         after = lg.tail.record.seq if lg.loaded and lg.tail is not None else -1
         dead = {_segment(c) for c in lg.dead if c not in lg.puts and c not in lg.inflight}
         wanted = [
@@ -85,8 +77,8 @@ class LogView(WritesObjects):
         for s in lg.records.keys() - lg.etags.keys():
             lg.etags[s] = logged.get(s)
         replaced = [s for s in lg.records if s in logged and lg.etags[s] != logged[s]]
-        futures = [self.store.pool.submit(run.entry, s) for s in sorted(logged) if s > after]
-        rereads = [(s, self.store.pool.submit(run.entry, s)) for s in replaced]
+        futures = [self.store.submit(run.entry, s) for s in sorted(logged) if s > after]
+        rereads = [(s, self.store.submit(run.entry, s)) for s in replaced]
         found = self._fetch_writes(run.run_id, wanted)
         entries = [e for e in (f.result() for f in futures) if e is not None]
         lg.loaded = True
@@ -112,12 +104,11 @@ class LogView(WritesObjects):
         only when the graph reads the thread, so a graph that is behind still conflicts. One LIST
         of the run's log and a GET of each record after the position. Call without ``lg.lock``."""
         run = lg.run
-        prefix = f"{run.prefix}log/"
         with lg.lock:
             after = lg.tail.record.seq if lg.loaded and lg.tail is not None else -1
-        listed = (parse_seq(info.key[len(prefix) :]) for info in self.store.backend.list(prefix))
-        seqs = sorted(s for s in listed if s is not None and s > after)
-        entries = [e for e in self.store.pool.map(run.entry, seqs) if e is not None]
+        seqs = sorted(s for s in run.listing().log if s > after)
+        futures = [self.store.submit(run.entry, s) for s in seqs]
+        entries = [e for e in (f.result() for f in futures) if e is not None]
         with lg.lock:
             for entry in entries:
                 state: Any = entry.record.state

@@ -14,10 +14,9 @@ from typing import Any
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from ...blobs import Upload
 from ...errors import IntegrityError, InvalidArtifactError
 from ...records import CommitRecord, Manifest
-from ...store import Store
+from ...store import Store, ValueUpload
 
 #: Serialized values up to this size live in the record; larger ones are chunked artifacts.
 DEFAULT_INLINE_LIMIT = 4096
@@ -56,11 +55,13 @@ class ValueCodec:
     def _load_inline(self, typed: Any) -> Any:
         return self._load(typed[0], base64.b64decode(typed[1]))
 
-    def _stash(self, upload: Upload, artifacts: dict[str, Manifest], name: str, value: Any, previous: Manifest | None) -> _Ref:
+    def _stash(
+        self, upload: ValueUpload, artifacts: dict[str, Manifest], name: str, value: Any, previous: Manifest | None
+    ) -> _Ref:
         type_, data = self._dump(value)
         if len(data) <= self.inline_limit:
             return {"t": type_, "b": base64.b64encode(data).decode("ascii")}
-        artifacts[name] = upload.write(data, previous=previous)
+        artifacts[name] = upload.put(data, previous=previous)
         return {"t": type_, "a": name}
 
     def _value(self, where: str, artifacts: Mapping[str, Manifest], ref: _Ref) -> Any:
@@ -69,7 +70,7 @@ class ValueCodec:
         manifest = artifacts.get(ref["a"])
         if manifest is None:
             raise IntegrityError(f"{where}: value {ref['a']!r} has no manifest")
-        return self._load(ref["t"], self.store.blobs.read_all(manifest))
+        return self._load(ref["t"], self.store.read_value(manifest))
 
     @staticmethod
     def _record_value_where(record: CommitRecord) -> str:

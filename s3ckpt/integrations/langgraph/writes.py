@@ -15,8 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from ... import codec
-from ...errors import CommitDeadlineError, IntegrityError, ObjectNotFoundError, PreconditionFailedError
+from ...errors import CommitDeadlineError, IntegrityError
 from ...log import check_deadline
 from ...records import Manifest
 from ...store import Store
@@ -72,11 +71,7 @@ class WritesObjects:
 
     store: Store
 
-    @staticmethod
-    def _writes_name(key: str) -> str:
-        return key[len("runs/") :]
-
-    def _seal_writes(self, run_id: str, wo: _Writes) -> bytes:
+    def _writes_document(self, run_id: str, wo: _Writes) -> bytes:
         document = {
             "lg": 1,
             "run": run_id,
@@ -91,10 +86,15 @@ class WritesObjects:
             document["wr"] = wo.writer
         if wo.timed:
             document["tk"] = 1
-        return codec.seal_document(self.store.cipher, WRITES_KIND, self._writes_name(wo.key), json.dumps(document).encode())
+        return json.dumps(document).encode()
 
     def _open_writes(self, run_id: str, key: str, sealed: bytes, etag: str | None) -> _Writes:
-        plain = codec.open_document(self.store.cipher, WRITES_KIND, self._writes_name(key), sealed, key=key)
+        """The writes object stored at ``key`` (under the run's prefix) from its sealed bytes."""
+        run = self.store.run(run_id)
+        plain = run.open_document(key[len(run.prefix) :], sealed, kind=WRITES_KIND)
+        return self._parse_writes(run_id, run.prefix, key, plain, etag)
+
+    def _parse_writes(self, run_id: str, run_prefix: str, key: str, plain: bytes, etag: str | None) -> _Writes:
         try:
             doc = json.loads(plain)
             wo = _Writes(
@@ -112,19 +112,20 @@ class WritesObjects:
             run = doc["run"]
         except (ValueError, KeyError, TypeError, RecursionError) as exc:
             raise IntegrityError(f"{key} is not a valid LangGraph writes object: {exc}", key=key) from None
-        if run != run_id or wo.ident(self.store.names.prefix(run_id)) != key:
+        if run != run_id or wo.ident(run_prefix) != key:
             raise IntegrityError(f"{key} holds the writes of another run, checkpoint or task", key=key)
         return wo
 
     def _fetch_writes(self, run_id: str, infos: Sequence[tuple[str, str | None]]) -> builtins.list[_Writes]:
-        def one(key: str, etag: str | None) -> _Writes | None:
-            try:
-                got = self.store.backend.get(key)
-            except ObjectNotFoundError:
-                return None
-            return self._open_writes(run_id, key, got.data, got.etag or etag)
+        run = self.store.run(run_id)
 
-        futures = [self.store.pool.submit(one, key, etag) for key, etag in infos]
+        def one(key: str, etag: str | None) -> _Writes | None:
+            got = run.get_document(key[len(run.prefix) :], kind=WRITES_KIND)
+            if got is None:
+                return None
+            return self._parse_writes(run_id, run.prefix, key, got.data, got.etag or etag)
+
+        futures = [self.store.submit(one, key, etag) for key, etag in infos]
         return [wo for wo in (f.result() for f in futures) if wo is not None]
 
     def _store_writes(self, lg: _Log, wo: _Writes, *, started: float | None) -> _Writes | None:
@@ -138,9 +139,8 @@ class WritesObjects:
             if started is None:
                 raise AssertionError(f"{wo.key} names chunks: its deadline needs the time its upload started")
             _check_deadline(self.store, started, wo.key)
-        data = self._seal_writes(lg.run.run_id, wo)
-        try:
-            result = self.store.backend.put(wo.key, data, mode="create")
-        except PreconditionFailedError:
+        run = lg.run
+        stored = run.put_document(wo.key[len(run.prefix) :], self._writes_document(run.run_id, wo), kind=WRITES_KIND)
+        if stored is None:
             return None
-        return replace(wo, etag=result.etag)
+        return replace(wo, etag=stored.etag)
