@@ -9,9 +9,10 @@ and this configuration in the function's environment:
 - ``S3CKPT_KEEP_WITHIN_DAYS`` or ``S3CKPT_KEEP_WITHIN_HOURS``: keep checkpoints younger than that.
   Without any keep_* variable nothing is pruned and the job only collects garbage.
 - ``S3CKPT_GC_GRACE_SECONDS``: gc deletes an unreferenced pack only when its storage age exceeds
-  this (default 3600, the library's default). It must exceed the writers' commit deadline.
-- ``S3CKPT_COMMIT_DEADLINE_SECONDS``: the writers' ``commit_deadline``, when they set one other than
-  the default (gc refuses a grace shorter than twice it).
+  this (default 3600, the library's default). It must be at least twice the store's commit
+  deadline (fixed in its config when it was created; 30 minutes by default).
+- ``S3CKPT_COMMIT_DEADLINE_SECONDS``: optional; this job's own commit deadline, at most the store's
+  (the job commits nothing itself; a larger value is a ConfigurationError).
 - ``S3CKPT_DRY_RUN``: ``true`` to report without deleting; an event ``{"dry_run": true}`` overrides it.
 
 The store is opened with ``create=False``: a wrong URL is an error, never a new empty store.
@@ -154,7 +155,7 @@ def run_maintenance(config: MaintenanceConfig) -> dict[str, Any]:
     """Prune with the configured policy (when there is one), then gc; both reports as dicts."""
     with open_store(config.url, key=config.key, create=False, commit_deadline=config.commit_deadline) as store:
         # Checked before prune, so that a grace gc would refuse does not leave the job half done.
-        deadline = timedelta(seconds=store.options.commit_deadline)
+        deadline = timedelta(seconds=max(store.options.commit_deadline, store.config.commit_deadline or 0))
         if config.gc_grace < 2 * deadline:
             raise ConfigurationError(
                 f"S3CKPT_GC_GRACE_SECONDS ({config.gc_grace.total_seconds():g}) must be at least twice the writers' "

@@ -26,7 +26,7 @@ from .errors import AccessDeniedError, InvalidArgumentError, ObjectNotFoundError
 from .langgraph_gc import is_saver_run, mark_saver_run, writes_objects
 from .log import Entry, Run
 from .records import Manifest
-from .references import COMMIT_DEADLINE, DEFAULT_COMMIT_DEADLINE, manifests_of, objects_named_by_tombstone
+from .references import DEFAULT_COMMIT_DEADLINE, manifests_of, objects_named_by_tombstone
 
 if TYPE_CHECKING:
     from .store import Store
@@ -99,8 +99,6 @@ class Marks:
     extents: dict[tuple[str, int], int | None] = field(default_factory=dict)
     #: LangGraph writes objects that are garbage: their checkpoint is gone (langgraph_gc)
     dead_writes: list[ObjectInfo] = field(default_factory=list)
-    #: run id -> the commit_deadline its last writer recorded (live runs only)
-    deadlines: dict[str, float] = field(default_factory=dict)
 
     def add(self, manifests: Iterable[Manifest]) -> None:
         for manifest in manifests:
@@ -148,8 +146,6 @@ def mark(
         marks.runs += 1
         run = Run(store, run_id)
         loaded = sorted(_records(run), key=lambda pair: pair[1].record.seq)
-        if loaded and loaded[-1][1].record.kind != "deleted":
-            marks.deadlines[run_id] = _writer_deadline(loaded)
         if is_saver_run(run_id):  # removed by markers, kept for the grace (langgraph_gc)
             saver = mark_saver_run(run, loaded, now=now, grace=grace, collect=collect)
             marks.records += saver.records
@@ -214,37 +210,25 @@ def collect(store: Store, *, grace: timedelta, dry_run: bool, progress: Progress
         ) from None
 
 
-def _writer_deadline(loaded: list[tuple[ObjectInfo, Entry]]) -> float:
-    """The commit_deadline the run's last writer recorded (a claim, or a LangGraph append); the
-    default for runs written before writers recorded it."""
-    for _, entry in reversed(loaded):
-        value = entry.record.meta.get(COMMIT_DEADLINE)
-        if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
-            return float(value)
-    return DEFAULT_COMMIT_DEADLINE
-
-
-def _check_grace(grace: timedelta, deadline: float, whose: str) -> None:
-    """The grace must cover a commit (``deadline``) plus its record's PUT in flight, which the
-    writer's request timeouts bound well within a second deadline."""
+def check_grace(store: Store, grace: timedelta) -> None:
+    """The grace must cover a commit (the store's ``commit_deadline``, which every writer of it
+    keeps) plus its record's PUT in flight, which request timeouts bound well within a second one."""
+    deadline = max(store.config.commit_deadline or DEFAULT_COMMIT_DEADLINE, store.options.commit_deadline)
     if grace < timedelta(seconds=2 * deadline):
         raise InvalidArgumentError(
-            f"grace ({grace}) must be at least twice {whose} commit_deadline ({timedelta(seconds=deadline)}): a "
+            f"grace ({grace}) must be at least twice the store's commit_deadline ({timedelta(seconds=deadline)}): a "
             "commit may take that long between uploading a pack and naming it in a record, and its record PUT "
-            "may still be in flight. Give a longer grace, or lower commit_deadline for every writer of this store "
-            "first (StoreOptions). Nothing was deleted."
+            "may still be in flight. Give a longer grace. Nothing was deleted."
         )
 
 
 def _collect(store: Store, *, grace: timedelta, dry_run: bool, progress: Progress | None) -> GcReport:
     if not isinstance(grace, timedelta) or grace < timedelta(0):
         raise InvalidArgumentError(f"grace is a non-negative datetime.timedelta, not {describe(grace)}")
-    _check_grace(grace, store.options.commit_deadline, "this store object's")
+    check_grace(store, grace)
     now = storage_now(store)  # before the listing: ages are never overestimated
     listed = list_data(store)
     marks = mark(store, now=now, grace=grace, progress=progress, collect=not dry_run)
-    for run_id, deadline in marks.deadlines.items():  # a writer elsewhere may be slower than ours
-        _check_grace(grace, deadline, f"the writer of run {run_id!r}'s")
     doomed = [info for info in listed if info.key not in marks.objects and now - info.last_modified > grace]
     young = sum(1 for info in listed if info.key not in marks.objects and now - info.last_modified <= grace)
     if not dry_run:

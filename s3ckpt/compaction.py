@@ -4,7 +4,7 @@ references into its own new packs (docs/operations.md, "Repacking").
 A pack is never rewritten. Once every record that names the old pack is pruned, the collector
 deletes it; the chunks live on in the new pack, which the new record names. Chunks are sealed
 bound to their id, not their pack, so their sealed bytes move as they are, each verified first
-(a damaged chunk is never copied, it fails the commit as any unreadable chunk does).
+(a pack with a damaged or missing chunk is not repacked: the commit goes on as it would have).
 
 Which packs: those this commit's record still names, not created by it, whose size is known
 (this process wrote them, or asked once: packs never change) and of which the record uses less

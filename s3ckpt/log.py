@@ -45,7 +45,7 @@ from .errors import (
     describe,
 )
 from .records import RECORD_SCHEMA_VERSION, CommitRecord, EffectRecord, HeadPointer, Ledger, Manifest
-from .references import COMMIT_DEADLINE, PRUNED, objects_of
+from .references import PRUNED, objects_of
 from .workflows import POLICIES, OnVersionChange, resolve
 from .writer import Writer
 
@@ -615,8 +615,6 @@ class Run:
                 created_at=_now(),
                 checkpoint_seq=None if parent is None else parent.seq,
                 provenance=dict(claimed or {}),
-                # The collector reads it: its grace must outlast this writer's slowest commit.
-                meta={COMMIT_DEADLINE: self.store.options.commit_deadline},
             )
             entry, ours = self._put_record(record)
             if not ours:
@@ -685,9 +683,6 @@ class Run:
         seq = after.record.seq + 1 if after is not None else 0
         epoch = after.record.epoch if after is not None else 1
         record_meta: dict[str, Any] = dict(meta or {})
-        if not deletes:
-            # As a claim does: the collector's grace must outlast this writer's slowest commit.
-            record_meta.setdefault(COMMIT_DEADLINE, self.store.options.commit_deadline)
         record = CommitRecord(
             schema_version=RECORD_SCHEMA_VERSION,
             kind="deleted" if deletes else "checkpoint",

@@ -90,15 +90,20 @@ class StoreConfig(_Strict):
     compression: Literal["zstd"] = "zstd"
     #: How run ids become directory names: escaped (readable), or keyed digests (private).
     run_names: Literal["escaped", "keyed"] = "escaped"
+    #: Seconds any commit to this store may take (None: the default, 30 minutes). Writers refuse to
+    #: take longer; the collector's grace must be at least twice it (docs/operations.md).
+    commit_deadline: Annotated[float, Field(gt=0, lt=1e9)] | None = None
     #: HMAC over the fields above under a key derived from the master key: proves the key
     #: matches and that nobody edited the parameters.
     key_check: str = ""
 
     def document(self) -> bytes:
-        """The stored JSON. ``run_names`` appears only when keyed, so a store with readable names has
-        the same config (and key check) as before the field existed."""
-        exclude = {"run_names"} if self.run_names == "escaped" else None
-        return self.model_dump_json(exclude=exclude).encode()
+        """The stored JSON. ``run_names`` appears only when keyed and ``commit_deadline`` only when
+        set, so a store without them has the same config (and key check) as before they existed."""
+        exclude = {"run_names"} if self.run_names == "escaped" else set()
+        if self.commit_deadline is None:
+            exclude.add("commit_deadline")
+        return self.model_dump_json(exclude=exclude or None).encode()
 
 
 class ScryptParams(_Strict):

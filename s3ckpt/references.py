@@ -15,9 +15,7 @@ PRUNED = "pruned"
 #: ...]``, ranges of earlier seqs whose records it removes. The collector treats them as it treats
 #: the records before a ``deleted`` record: gone, kept for the grace, then replaced by tombstones.
 REMOVES = "removes"
-#: ``meta`` key of a claim: the seconds its writer may take per commit (``StoreOptions.commit_deadline``).
-COMMIT_DEADLINE = "commit_deadline"
-#: ``StoreOptions.commit_deadline``'s default, assumed for writers that recorded none.
+#: The seconds a commit may take when the store's config names none (``StoreConfig.commit_deadline``).
 DEFAULT_COMMIT_DEADLINE = 1800.0
 #: The sealed-document kind of the LangGraph saver's writes objects, which name chunks too.
 LANGGRAPH_WRITES_KIND = "langgraph-writes"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
@@ -78,7 +79,8 @@ class StoreOptions:
     redactor: Redactor = DEFAULT_REDACTOR
     #: Seconds a commit may take from its start to its record's create. Later, the record is not
     #: written (CommitDeadlineError): ``store.gc`` deletes unreferenced packs older than its grace,
-    #: which must be at least twice this (docs/operations.md, "The collector"). Claims record it.
+    #: which must be at least twice the store's (its config fixes it when the store is created; a
+    #: process may keep a shorter one). docs/operations.md, "The collector".
     commit_deadline: float = DEFAULT_COMMIT_DEADLINE
 
 
@@ -581,7 +583,9 @@ def open_store(
     redaction (``s3ckpt.Redactor(extra_patterns=..., allow=...)``; ``s3ckpt.NO_REDACTION`` turns it off).
     ``private_run_ids=True`` creates a store whose run directories are keyed digests of the run ids
     instead of the readable ids (chosen once, when the store is created; see docs/sessions.md).
-    ``commit_deadline``: seconds a commit may take before its record is refused (``StoreOptions``).
+    ``commit_deadline``: seconds any commit to the store may take before its record is refused, fixed
+    when the store is created (default 30 minutes; ``gc``'s grace must be at least twice it); a
+    process may ask for less, never more.
     """
     _check_options(
         private_run_ids=private_run_ids, chunker=chunker, concurrency=concurrency, inline_limit=inline_limit,
@@ -601,7 +605,6 @@ def open_store(
         inline_limit=defaults.inline_limit if inline_limit is None else inline_limit,
         commit_attempts=commit_attempts or defaults.commit_attempts,
         redactor=defaults.redactor if redactor is None else redactor,
-        commit_deadline=defaults.commit_deadline if commit_deadline is None else float(commit_deadline),
     )
     kms = _kms_factory(
         backend_options.get("region"),
@@ -619,14 +622,18 @@ def open_store(
                 "store over them. Restore the config from a backup.",
                 key="config",
             )
-        config, master = _create(backend, user_key, chunker or DEFAULT_CHUNKER, kms, private_run_ids=bool(private_run_ids))
+        config, master = _create(
+            backend, user_key, chunker or DEFAULT_CHUNKER, kms, private_run_ids=bool(private_run_ids), deadline=commit_deadline
+        )
         if master is not None:
+            options = _with_deadline(options, config, commit_deadline, backend)
             return Store(backend, config, master, options=options, kms_client=kms)
     if private_run_ids is not None and private_run_ids != (config.run_names == "keyed"):
         raise ConfigurationError(
             f"the store at {backend.url} was created with {'private' if config.run_names == 'keyed' else 'readable'} "
             "run ids, and that cannot change; leave private_run_ids out, or create another store"
         )
+    options = _with_deadline(options, config, commit_deadline, backend)
     master = _unwrap(backend, config, user_key, kms)
     store = Store(backend, config, master, options=options, kms_client=kms)
     if not secrets.compare_digest(store.cipher.key_check(_config_check_message(config)), config.key_check):
@@ -637,6 +644,18 @@ def open_store(
             key="config",
         )
     return store
+
+
+def _with_deadline(options: StoreOptions, config: StoreConfig, asked: float | None, backend: Backend) -> StoreOptions:
+    """The store's commit deadline, which every writer keeps (the collector counts on it); a
+    process may ask for a shorter one, never a longer one."""
+    store_deadline = config.commit_deadline or DEFAULT_COMMIT_DEADLINE
+    if asked is not None and float(asked) > store_deadline:
+        raise ConfigurationError(
+            f"commit_deadline={asked:g}: the store at {backend.url} allows commits of at most {store_deadline:g} s "
+            "(set when it was created), and its collector counts on that. Leave commit_deadline out, or ask for less."
+        )
+    return dataclasses.replace(options, commit_deadline=store_deadline if asked is None else float(asked))
 
 
 def _check_options(**options: Any) -> None:
@@ -668,7 +687,13 @@ def _check_options(**options: Any) -> None:
 
 
 def _create(
-    backend: Backend, user_key: UserKey, chunker: ChunkerParams, kms: Callable[[], Any], *, private_run_ids: bool
+    backend: Backend,
+    user_key: UserKey,
+    chunker: ChunkerParams,
+    kms: Callable[[], Any],
+    *,
+    private_run_ids: bool,
+    deadline: float | None = None,
 ) -> tuple[StoreConfig, bytes | None]:
     """Create config and first key file. Returns the winner's config and, if we won, the master key."""
     if not backend.capabilities.atomic_create:
@@ -684,6 +709,7 @@ def _create(
         created_at=datetime.now(UTC),
         chunker=chunker,
         run_names="keyed" if private_run_ids else "escaped",
+        commit_deadline=None if deadline is None else float(deadline),
     )
     config = draft.model_copy(update={"key_check": Cipher(master, store_id).key_check(_config_check_message(draft))})
     try:

@@ -68,6 +68,8 @@ class Writer:
         # The latest checkpoint (the claim found it): its artifacts carry forward, its chunks are reused.
         self._parent: CommitRecord | None = parent
         self._lock = threading.Lock()
+        #: the thread inside a commit, so that a commit from its own callback is refused, not a deadlock
+        self._committing: int | None = None
         self._stopped: ConflictError | None = None
         self.last_stats = WriteStats()
         #: id(ledger entry) -> (entry, its redacted copy), for the entries of the last ledger
@@ -132,102 +134,126 @@ class Writer:
         started = time.monotonic() if started is None else started
         if ledger is not None and not isinstance(ledger, Ledger):
             raise InvalidArgumentError(f"ledger is a s3ckpt.Ledger (sessions write it), not {describe(ledger)}")
-        with self._lock:
-            if self._stopped is not None:
-                raise self._stopped
-            store = self.run.store
-            redactor = store.options.redactor
-            normalized, state_text = _json_state(state, redactor)
-            meta_value = redactor.redact(values.json_object(meta, "meta"))
-            if artifacts is not None and not isinstance(artifacts, Mapping):
-                raise InvalidArtifactError(
-                    f"artifacts must be a dict {{name: bytes | path | binary file}}, not {type(artifacts).__name__}"
-                )
-            parent = self._parent_record()
-            ledger_value, ledger_text = self._ledger(ledger, parent, redactor)
-            stored_ledger = ledger_value
-            limit = store.options.inline_limit
-            large_state = len(state_text) > limit
-            large_ledger = ledger_text is not None and len(ledger_text) > limit
-            spills = large_state or large_ledger
-            upload = store.blobs.begin(self._known_chunks() if artifacts or spills else {})
-            state_manifest: Manifest | None = None
-            ledger_manifest = parent.ledger_manifest if parent is not None and ledger is None else None
-            if base is None:
-                base = parent.artifacts if parent is not None else {}
-            manifests = dict(base)
-            if len(set(manifests) | set(artifacts or {})) > values.MAX_ARTIFACTS:
-                raise InvalidArtifactError(
-                    f"a checkpoint holds at most {values.MAX_ARTIFACTS} artifacts (with those carried forward); drop some "
-                    "with artifacts={name: None}, or pack small files into one archive. Nothing was committed."
-                )
-            try:
-                if large_state:
-                    state_manifest = upload.write(state_text.encode("utf-8"))
-                if large_ledger:
-                    assert ledger_text is not None
-                    ledger_manifest = upload.write(ledger_text.encode("utf-8"))
-                    ledger_value = None
-                meter = _Meter(progress, artifacts or {})
-                for name, value in (artifacts or {}).items():
-                    name = values.name(name, "an artifact name")
-                    if value is None:
-                        manifests.pop(name, None)
-                        continue
-                    opened = open_source(value)
-                    try:
-                        consumed = meter.counting(opened.consumed)
-                        manifests[name] = upload.write(opened.source, consumed=consumed, previous=manifests.get(name))
-                        meter.finished(manifests[name].size)
-                        opened.check_unchanged()
-                    finally:
-                        opened.close()
-                if artifacts or spills:
-                    named: dict[tuple[str, str], Manifest] = {("artifact", n): m for n, m in manifests.items()}
-                    if state_manifest is not None:
-                        named[("state", "")] = state_manifest
-                    if ledger_manifest is not None:
-                        named[("ledger", "")] = ledger_manifest
-                    named = compaction.repack(upload, named)
-                    manifests = {n: m for (kind, n), m in named.items() if kind == "artifact"}
-                    state_manifest = named.get(("state", ""))
-                    ledger_manifest = named.get(("ledger", ""))
-                upload.finish()  # every pack the record names is stored before the record exists
-            except BaseException:
-                upload.abort()
-                raise
-            seq = self._next_seq
-            record = CommitRecord(
-                schema_version=RECORD_SCHEMA_VERSION,
-                kind="checkpoint",
-                run_id=self.run.run_id,
-                seq=seq,
-                epoch=self.epoch,
-                writer_id=self.writer_id,
-                write_id=secrets.token_hex(16),
-                prev=self._prev,
-                created_at=datetime.now(UTC),
-                checkpoint_seq=seq,
-                state=None if large_state else normalized,
-                state_manifest=state_manifest,
-                artifacts=manifests,
-                meta=meta_value,
-                provenance=self.provenance,
-                ledger=ledger_value,
-                ledger_manifest=ledger_manifest,
+        if self._committing == threading.get_ident():
+            raise InvalidArgumentError(
+                f"run {self.run.run_id!r}: commit was called from inside a commit of the same writer (its progress "
+                "callback, say); a callback may only report. Nothing more was committed."
             )
-            _boundaries.reached("before-record", str(seq))
-            entry, ours = self.run._put_record(record, started=started)
-            if not ours:
-                self._stopped = self._conflict(entry)
-                raise self._stopped
-            self._next_seq, self._prev = seq + 1, entry.digest
-            self._checkpoint_seq, self._parent = seq, record
-            self.run.store.seen.advance(self.run.run_id, entry)
-            self.last_stats = upload.stats
-            _boundaries.reached("between-record-and-pointer", str(seq))
-            self._move_head(seq)
-            return Checkpoint(record, normalized, store.blobs, ledger=stored_ledger)
+        with self._lock:
+            self._committing = threading.get_ident()
+            try:
+                return self._commit_locked(
+                    state, artifacts=artifacts, meta=meta, ledger=ledger, base=base, started=started, progress=progress
+                )
+            finally:
+                self._committing = None
+
+    def _commit_locked(
+        self,
+        state: Any,
+        *,
+        artifacts: Mapping[str, Any] | None,
+        meta: Mapping[str, Any] | None,
+        ledger: Ledger | None,
+        base: Mapping[str, Manifest] | None,
+        started: float,
+        progress: Progress | None,
+    ) -> Checkpoint:
+        if self._stopped is not None:
+            raise self._stopped
+        store = self.run.store
+        redactor = store.options.redactor
+        normalized, state_text = _json_state(state, redactor)
+        meta_value = redactor.redact(values.json_object(meta, "meta"))
+        if artifacts is not None and not isinstance(artifacts, Mapping):
+            raise InvalidArtifactError(
+                f"artifacts must be a dict {{name: bytes | path | binary file}}, not {type(artifacts).__name__}"
+            )
+        parent = self._parent_record()
+        ledger_value, ledger_text = self._ledger(ledger, parent, redactor)
+        stored_ledger = ledger_value
+        limit = store.options.inline_limit
+        large_state = len(state_text) > limit
+        large_ledger = ledger_text is not None and len(ledger_text) > limit
+        spills = large_state or large_ledger
+        upload = store.blobs.begin(self._known_chunks() if artifacts or spills else {})
+        state_manifest: Manifest | None = None
+        ledger_manifest = parent.ledger_manifest if parent is not None and ledger is None else None
+        if base is None:
+            base = parent.artifacts if parent is not None else {}
+        manifests = dict(base)
+        if len(set(manifests) | set(artifacts or {})) > values.MAX_ARTIFACTS:
+            raise InvalidArtifactError(
+                f"a checkpoint holds at most {values.MAX_ARTIFACTS} artifacts (with those carried forward); drop some "
+                "with artifacts={name: None}, or pack small files into one archive. Nothing was committed."
+            )
+        try:
+            if large_state:
+                state_manifest = upload.write(state_text.encode("utf-8"))
+            if large_ledger:
+                assert ledger_text is not None
+                ledger_manifest = upload.write(ledger_text.encode("utf-8"))
+                ledger_value = None
+            meter = _Meter(progress, artifacts or {})
+            for name, value in (artifacts or {}).items():
+                name = values.name(name, "an artifact name")
+                if value is None:
+                    manifests.pop(name, None)
+                    continue
+                opened = open_source(value)
+                try:
+                    consumed = meter.counting(opened.consumed)
+                    manifests[name] = upload.write(opened.source, consumed=consumed, previous=manifests.get(name))
+                    meter.finished(manifests[name].size)
+                    opened.check_unchanged()
+                finally:
+                    opened.close()
+            if artifacts or spills:
+                named: dict[tuple[str, str], Manifest] = {("artifact", n): m for n, m in manifests.items()}
+                if state_manifest is not None:
+                    named[("state", "")] = state_manifest
+                if ledger_manifest is not None:
+                    named[("ledger", "")] = ledger_manifest
+                named = compaction.repack(upload, named)
+                manifests = {n: m for (kind, n), m in named.items() if kind == "artifact"}
+                state_manifest = named.get(("state", ""))
+                ledger_manifest = named.get(("ledger", ""))
+            upload.finish()  # every pack the record names is stored before the record exists
+        except BaseException:
+            upload.abort()
+            raise
+        seq = self._next_seq
+        record = CommitRecord(
+            schema_version=RECORD_SCHEMA_VERSION,
+            kind="checkpoint",
+            run_id=self.run.run_id,
+            seq=seq,
+            epoch=self.epoch,
+            writer_id=self.writer_id,
+            write_id=secrets.token_hex(16),
+            prev=self._prev,
+            created_at=datetime.now(UTC),
+            checkpoint_seq=seq,
+            state=None if large_state else normalized,
+            state_manifest=state_manifest,
+            artifacts=manifests,
+            meta=meta_value,
+            provenance=self.provenance,
+            ledger=ledger_value,
+            ledger_manifest=ledger_manifest,
+        )
+        _boundaries.reached("before-record", str(seq))
+        entry, ours = self.run._put_record(record, started=started)
+        if not ours:
+            self._stopped = self._conflict(entry)
+            raise self._stopped
+        self._next_seq, self._prev = seq + 1, entry.digest
+        self._checkpoint_seq, self._parent = seq, record
+        self.run.store.seen.advance(self.run.run_id, entry)
+        self.last_stats = upload.stats
+        _boundaries.reached("between-record-and-pointer", str(seq))
+        self._move_head(seq)
+        return Checkpoint(record, normalized, store.blobs, ledger=stored_ledger)
 
     def _ledger(
         self, ledger: Ledger | None, parent: CommitRecord | None, redactor: Redactor

@@ -35,7 +35,7 @@ class BucketPolicy(S3Backend):
 
 
 def _worker(aws: Aws) -> s3ckpt.Store:
-    aws.open("alpha", aws.workers["alpha"]).close()  # created by the worker, as in production
+    aws.open("alpha", aws.workers["alpha"], commit_deadline=1).close()  # created by the worker, as in production
     backend = BucketPolicy(aws.bucket, "alpha", region=REGION, credentials=aws.workers["alpha"])
     return s3ckpt.open_store(key=aws.keys["alpha"], backend=backend, create=False, commit_deadline=1)
 

@@ -404,3 +404,41 @@ def test_commit_reports_progress_over_all_its_artifacts(tmp_path: Path) -> None:
     assert stream[-1] == (3 << 20, None)  # a stream's size is not known ahead
     with pytest.raises(s3ckpt.InvalidArgumentError, match="progress"):
         store.run("r").claim().commit(progress="yes")  # type: ignore[arg-type]
+
+
+def test_the_commit_deadline_is_the_stores_and_no_writer_may_take_longer(tmp_path: Path) -> None:
+    """A deadline known only to each process let a writer with the default 30 minutes meet an
+    operator's gc with a 2 s grace (review): the store's config fixes it."""
+    url, key = str(tmp_path / "s"), s3ckpt.generate_key()
+    with s3ckpt.open_store(url, key=key, commit_deadline=1) as created:
+        assert created.options.commit_deadline == 1
+    with s3ckpt.open_store(url, key=key) as writer, s3ckpt.open_store(url, key=key, commit_deadline=0.5) as stricter:
+        assert writer.options.commit_deadline == 1  # the store's, not the default
+        assert stricter.options.commit_deadline == 0.5
+        assert stricter.gc(grace=timedelta(seconds=2)).dry_run is False  # 2x the store's deadline, not ours
+        with pytest.raises(s3ckpt.InvalidArgumentError, match="twice"):
+            stricter.gc(grace=timedelta(seconds=1.5))
+    with pytest.raises(s3ckpt.ConfigurationError, match="at most 1 s"):
+        s3ckpt.open_store(url, key=key, commit_deadline=60)
+    with s3ckpt.open_store(str(tmp_path / "default"), key=key) as default, pytest.raises(s3ckpt.InvalidArgumentError):
+        default.gc(grace=timedelta(minutes=59))
+
+
+def test_a_commit_from_its_own_progress_callback_is_refused_not_a_deadlock(tmp_path: Path) -> None:
+    store = s3ckpt.open_store(str(tmp_path / "s"), key=s3ckpt.generate_key())
+    writer = store.run("r").claim()
+    refused: list[BaseException] = []
+
+    def progress(done: int, total: int | None) -> None:
+        try:
+            writer.commit({"nested": True})
+        except s3ckpt.InvalidArgumentError as exc:
+            refused.append(exc)
+
+    writer.commit({"i": 1}, artifacts={"a": os.urandom(10_000)}, progress=progress)
+    assert refused
+    assert "inside a commit" in str(refused[0])
+    latest = store.run("r").latest()
+    assert latest is not None
+    assert latest.state == {"i": 1}
+    writer.commit({"i": 2})  # the writer is still usable

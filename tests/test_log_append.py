@@ -11,7 +11,6 @@ import pytest
 
 import s3ckpt
 from s3ckpt.backends import MemoryBackend
-from s3ckpt.references import COMMIT_DEADLINE
 
 
 @pytest.fixture
@@ -26,7 +25,7 @@ def test_append_lands_after_what_the_caller_read_or_nowhere(store: s3ckpt.Store)
     run = store.run("r")
     first = run.append({"n": 1}, after=None, writer_id="w", meta={"by": "me"})
     assert (first.record.seq, first.record.kind, first.record.epoch) == (0, "checkpoint", 1)
-    assert first.record.meta == {"by": "me", COMMIT_DEADLINE: 5.0}
+    assert first.record.meta == {"by": "me"}
     second = run.append({"n": 2}, after=first, writer_id="w")
     assert second.record.prev == first.digest
     latest = run.latest()

@@ -199,7 +199,7 @@ def test_it_never_creates_a_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 def test_a_grace_within_the_commit_deadline_stops_it_before_prune(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     key = s3ckpt.generate_key()
     url = str(tmp_path / "store")
-    with s3ckpt.open_store(url, key=key, commit_deadline=float(DEADLINE)) as store:
+    with s3ckpt.open_store(url, key=key) as store:  # the default deadline, 30 minutes: a grace of 1 s is refused
         commit_steps(store, "train", 3)
         configure(monkeypatch, url, key, keep_last="1", commit_deadline_seconds="5")
         with pytest.raises(s3ckpt.ConfigurationError, match="S3CKPT_GC_GRACE_SECONDS"):
