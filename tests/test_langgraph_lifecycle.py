@@ -9,7 +9,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -21,30 +21,18 @@ from s3ckpt.backends import MemoryBackend, PutResult
 from s3ckpt.backends._base import PutMode
 from s3ckpt.integrations.langgraph import S3ckptSaver
 from s3ckpt.records import ChunkerParams, Manifest
+from s3ckpt.testing import ManualClock
 
 SMALL_CHUNKS = ChunkerParams(avg_size=1024, min_size=256, max_size=4096)
 THREAD = "t"
 METADATA: CheckpointMetadata = {"source": "loop", "step": 0, "parents": {}}
 
 
-class Clock:
-    """A storage clock that tests move forward."""
-
-    def __init__(self) -> None:
-        self.now = datetime(2026, 1, 1, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
-
-
 class StallingBackend(MemoryBackend):
     """A memory backend that, once armed, holds the caller of the next pack PUT after the pack is
     stored: a commit whose packs are uploaded and whose record (or writes object) is not created."""
 
-    def __init__(self, name: str, clock: Clock) -> None:
+    def __init__(self, name: str, clock: ManualClock) -> None:
         super().__init__(name, clock=clock)
         self.armed = False
         self.reached = threading.Event()
@@ -65,12 +53,12 @@ class StallingBackend(MemoryBackend):
 class Env:
     store: s3ckpt.Store
     backend: StallingBackend
-    clock: Clock
+    clock: ManualClock
 
 
 @pytest.fixture
 def env() -> Iterator[Env]:
-    clock = Clock()
+    clock = ManualClock()
     name = f"lg-lifecycle-{uuid.uuid4().hex}"
     backend = StallingBackend(name, clock)
     store = s3ckpt.open_store(key=s3ckpt.generate_key(), backend=backend, chunker=SMALL_CHUNKS, commit_deadline=0.3)
@@ -279,7 +267,7 @@ def test_a_copy_that_read_a_thread_before_its_deletion_keeps_its_data() -> None:
     before delete_thread commits after a gc: the collector kept the removed records' data for the
     grace after the drop marker, so the copy names nothing deleted (a deleted core run's data is
     freed at once: no writer can name it)."""
-    clock = Clock()
+    clock = ManualClock()
     name = f"lg-copy-{uuid.uuid4().hex}"
     backend = StallingBackend(name, clock)
     store = s3ckpt.open_store(key=s3ckpt.generate_key(), backend=backend, chunker=SMALL_CHUNKS, commit_deadline=5)

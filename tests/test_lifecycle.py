@@ -9,7 +9,7 @@ import random
 import threading
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -19,27 +19,15 @@ import s3ckpt
 from s3ckpt import _boundaries
 from s3ckpt.backends import MemoryBackend
 from s3ckpt.records import ChunkerParams
+from s3ckpt.testing import ManualClock
 from tests.conftest import StoreEnv
 
 SMALL_CHUNKS = ChunkerParams(avg_size=1024, min_size=256, max_size=4096)
 
 
-class Clock:
-    """A storage clock that tests move forward."""
-
-    def __init__(self) -> None:
-        self.now = datetime(2026, 1, 1, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
-
-
 @pytest.fixture
-def clocked() -> Iterator[tuple[s3ckpt.Store, Clock]]:
-    clock = Clock()
+def clocked() -> Iterator[tuple[s3ckpt.Store, ManualClock]]:
+    clock = ManualClock()
     name = f"lifecycle-{os.urandom(6).hex()}"
     store = s3ckpt.open_store(
         backend=MemoryBackend(name, clock=clock), key=s3ckpt.generate_key(), chunker=SMALL_CHUNKS, commit_deadline=60
@@ -85,7 +73,7 @@ def test_prune_keeps_the_policy_the_latest_and_what_a_kept_record_names(env: Sto
     assert store.verify(read_data=True).ok
 
 
-def test_prune_keep_within_and_dry_run(clocked: tuple[s3ckpt.Store, Clock]) -> None:
+def test_prune_keep_within_and_dry_run(clocked: tuple[s3ckpt.Store, ManualClock]) -> None:
     store, _ = clocked
     writer = store.run("r").claim()
     for i in range(4):
@@ -142,7 +130,7 @@ def test_a_writer_fenced_and_stalled_through_a_prune_or_delete_never_commits(tmp
         assert store.run("r").latest() is None
 
 
-def test_deleting_a_run_under_a_live_session_fences_it_and_frees_its_data(clocked: tuple[s3ckpt.Store, Clock]) -> None:
+def test_deleting_a_run_under_a_live_session_fences_it_and_frees_its_data(clocked: tuple[s3ckpt.Store, ManualClock]) -> None:
     store, clock = clocked
     session = store.resume("r", workflow="w", workflow_version="1")
     session.step("load", lambda: "x" * 100_000)  # a large result: the state spills to chunks
@@ -168,7 +156,7 @@ def test_deleting_a_run_under_a_live_session_fences_it_and_frees_its_data(clocke
     assert store.verify(read_data=True).ok
 
 
-def test_gc_deletes_only_unreferenced_packs_older_than_the_grace(clocked: tuple[s3ckpt.Store, Clock]) -> None:
+def test_gc_deletes_only_unreferenced_packs_older_than_the_grace(clocked: tuple[s3ckpt.Store, ManualClock]) -> None:
     store, clock = clocked
     writer = store.run("r").claim()
     base = os.urandom(40_000)
@@ -216,7 +204,7 @@ def test_gc_deletes_only_unreferenced_packs_older_than_the_grace(clocked: tuple[
     assert store.verify(read_data=True).ok
 
 
-def test_gc_refuses_a_grace_that_does_not_exceed_the_commit_deadline(clocked: tuple[s3ckpt.Store, Clock]) -> None:
+def test_gc_refuses_a_grace_that_does_not_exceed_the_commit_deadline(clocked: tuple[s3ckpt.Store, ManualClock]) -> None:
     store, _ = clocked
     with pytest.raises(s3ckpt.InvalidArgumentError, match="commit_deadline"):
         store.gc(grace=timedelta(seconds=60))
@@ -224,7 +212,7 @@ def test_gc_refuses_a_grace_that_does_not_exceed_the_commit_deadline(clocked: tu
         store.gc(grace=3600)  # type: ignore[arg-type]
 
 
-def test_gc_stops_before_deleting_anything_when_a_record_cannot_be_read(clocked: tuple[s3ckpt.Store, Clock]) -> None:
+def test_gc_stops_before_deleting_anything_when_a_record_cannot_be_read(clocked: tuple[s3ckpt.Store, ManualClock]) -> None:
     store, clock = clocked
     writer = store.run("r").claim()
     writer.commit(artifacts={"a": os.urandom(10_000)})
@@ -316,7 +304,7 @@ def test_verify_reports_a_deleted_log_record_under_versioning_as_truncation(moto
     assert any("delete marker" in p.message for p in report.problems)
 
 
-def test_stats_count_runs_records_and_bytes(clocked: tuple[s3ckpt.Store, Clock]) -> None:
+def test_stats_count_runs_records_and_bytes(clocked: tuple[s3ckpt.Store, ManualClock]) -> None:
     store, _ = clocked
     for run in ("a", "b"):
         writer = store.run(run).claim()
@@ -355,7 +343,7 @@ def test_storage_stays_bounded_under_retention_gc_and_repacking() -> None:
     MemoryBackend.wipe(name)
 
 
-def test_keep_within_forever_keeps_everything(clocked: tuple[s3ckpt.Store, Clock]) -> None:
+def test_keep_within_forever_keeps_everything(clocked: tuple[s3ckpt.Store, ManualClock]) -> None:
     store, _ = clocked
     writer = store.run("r").claim()
     for i in range(3):
@@ -364,7 +352,7 @@ def test_keep_within_forever_keeps_everything(clocked: tuple[s3ckpt.Store, Clock
     assert store.prune(keep_last=0, keep_within=timedelta(days=800_000)).records_pruned == 0
 
 
-def test_verify_checks_the_chunks_of_langgraph_writes_objects(clocked: tuple[s3ckpt.Store, Clock]) -> None:
+def test_verify_checks_the_chunks_of_langgraph_writes_objects(clocked: tuple[s3ckpt.Store, ManualClock]) -> None:
     from langgraph.checkpoint.base import empty_checkpoint
 
     from s3ckpt.integrations.langgraph import S3ckptSaver

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 import s3ckpt
 from s3ckpt.backends import MemoryBackend
 from s3ckpt.records import ChunkerParams
+from s3ckpt.testing import ManualClock
 
 RUNS = ("a", "b")
 SMALL_CHUNKS = ChunkerParams(avg_size=512, min_size=128, max_size=2048)
@@ -29,20 +30,12 @@ EXAMPLES = int(os.environ.get("S3CKPT_LIFECYCLE_EXAMPLES", 150))
 BLOBS = [bytes([i]) * 3000 + os.urandom(1000) for i in range(4)]
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = datetime(2026, 1, 1, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
 class Lifecycle(RuleBasedStateMachine):
     backend_factory: Any = None
 
     def __init__(self) -> None:
         super().__init__()
-        self.clock = Clock()
+        self.clock = ManualClock()
         self.name = f"lc-{uuid.uuid4().hex}"
         backend = MemoryBackend(self.name, clock=self.clock)
         self.store = s3ckpt.open_store(backend=backend, key=s3ckpt.generate_key(), chunker=SMALL_CHUNKS, commit_deadline=60)
@@ -139,7 +132,7 @@ class Lifecycle(RuleBasedStateMachine):
 
     @rule(seconds=st.sampled_from([1, 30, 59, 121, 600]))
     def tick(self, seconds: int) -> None:
-        self.clock.now += timedelta(seconds=seconds)
+        self.clock.advance(seconds)
 
     @rule()
     def gc(self) -> None:

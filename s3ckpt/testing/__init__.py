@@ -3,6 +3,7 @@ fixtures (``s3ckpt.testing.plugin``) for stores on every backend.
 """
 
 from .._boundaries import BOUNDARIES
+from .clock import ManualClock
 from .faulty import FAULTS, FaultyBackend
 from .kill import KillPoint, Outcome, Report, StoreTarget, Trial, kill_and_resume
 from .moto_server import Fault, MotoServer, RequestInfo, RequestLog, make_moto_conditional_writes_atomic
@@ -14,6 +15,7 @@ __all__ = [
     "Fault",
     "FaultyBackend",
     "KillPoint",
+    "ManualClock",
     "MotoServer",
     "Outcome",
     "Report",
