@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ._names import _BLOB_ID, parse_seq
 from .backends import ObjectInfo
 from .blobs import stored_at
-from .errors import AccessDeniedError, InvalidArgumentError, ObjectNotFoundError, describe
+from .errors import DAMAGE_FIX, AccessDeniedError, IntegrityError, InvalidArgumentError, ObjectNotFoundError, describe
 from .langgraph_gc import is_saver_run, mark_saver_run, writes_objects
 from .log import Entry, Run
 from .records import Manifest
@@ -185,18 +185,22 @@ def _records(run: Run) -> Iterator[tuple[ObjectInfo, Entry]]:
     prefix = f"{run.prefix}log/"
     infos = [info for info in run.store.backend.list(prefix) if parse_seq(info.key[len(prefix) :]) is not None]
 
-    def load(info: ObjectInfo) -> tuple[ObjectInfo, Entry] | None:
+    def load(info: ObjectInfo) -> tuple[ObjectInfo, Entry]:
         seq = parse_seq(info.key[len(prefix) :])
         assert seq is not None
         try:
             data = run.store.backend.get(info.key).data
         except ObjectNotFoundError:
-            return None  # replaced between the listing and the read: its replacement is read below
+            # s3ckpt never deletes a record (it replaces them): one that vanished was deleted by
+            # something else, and what it named is unknown. Stop before deleting anything.
+            raise IntegrityError(
+                f"{info.key} was listed and then vanished while the collector read it: records are never deleted "
+                f"by s3ckpt, so something else removed it; {DAMAGE_FIX}. Nothing was deleted.",
+                key=info.key,
+            ) from None
         return info, run._decode(data, seq)
 
-    for loaded in run.store.pool.map(load, infos):
-        if loaded is not None:
-            yield loaded
+    yield from run.store.pool.map(load, infos)
 
 
 def collect(store: Store, *, grace: timedelta, dry_run: bool, progress: Progress | None = None) -> GcReport:

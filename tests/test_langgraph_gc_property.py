@@ -22,7 +22,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 import s3ckpt
 from s3ckpt.integrations.langgraph import S3ckptSaver, run_id_for
-from tests.test_langgraph_lifecycle import Clock, StallingBackend, assert_nothing_names_a_missing_pack, checkpoint, config
+from s3ckpt.testing import ManualClock
+from tests.test_langgraph_lifecycle import StallingBackend, assert_nothing_names_a_missing_pack, checkpoint, config
 
 THREADS = ("a", "b")
 #: Rules pick a thread by index among those made so far (copies add threads).
@@ -40,7 +41,7 @@ class Thread:
 class SaverAndCollector(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.clock = Clock()
+        self.clock = ManualClock()
         self.name = f"lg-gc-{uuid.uuid4().hex}"
         self.backend = StallingBackend(self.name, self.clock)
         self.store = s3ckpt.open_store(key=s3ckpt.generate_key(), backend=self.backend, commit_deadline=0.5)
