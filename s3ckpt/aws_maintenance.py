@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Final
 
-from .errors import ConfigurationError, describe
+from .collector import check_grace
+from .errors import ConfigurationError, InvalidArgumentError, describe
 from .store import open_store
 
 __all__ = ["ENVIRONMENT", "MaintenanceConfig", "config_from_env", "handler", "run_maintenance"]
@@ -154,15 +155,12 @@ def _counts(report: Mapping[str, Any]) -> dict[str, Any]:
 def run_maintenance(config: MaintenanceConfig) -> dict[str, Any]:
     """Prune with the configured policy (when there is one), then gc; both reports as dicts."""
     with open_store(config.url, key=config.key, create=False, commit_deadline=config.commit_deadline) as store:
-        # Checked before prune, so that a grace gc would refuse does not leave the job half done.
-        deadline = timedelta(seconds=max(store.options.commit_deadline, store.config.commit_deadline or 0))
-        if config.gc_grace < 2 * deadline:
-            raise ConfigurationError(
-                f"S3CKPT_GC_GRACE_SECONDS ({config.gc_grace.total_seconds():g}) must be at least twice the writers' "
-                f"commit deadline ({deadline.total_seconds():g} s; S3CKPT_COMMIT_DEADLINE_SECONDS): a commit may take "
-                "that long between uploading a pack and naming it, and its record may still be in flight. Set a "
-                "longer grace."
-            )
+        # Checked before prune, by gc's own check, so that a grace gc would refuse does not leave the
+        # job half done.
+        try:
+            check_grace(store, config.gc_grace)
+        except InvalidArgumentError as exc:
+            raise ConfigurationError(f"S3CKPT_GC_GRACE_SECONDS: {exc}") from None
         pruned: dict[str, Any] | None = None
         if config.prunes:
             pruned = store.prune(

@@ -207,6 +207,21 @@ def test_a_grace_within_the_commit_deadline_stops_it_before_prune(tmp_path: Path
         assert steps_of(store, "train") == [0, 1, 2], "nothing was pruned"
 
 
+
+def test_a_grace_the_stores_deadline_refuses_stops_it_before_prune_whatever_the_job_asks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job's own shorter deadline does not shorten the store's: gc would refuse a 20 s grace on a
+    store with the default 30 minutes, so nothing is pruned either."""
+    key = s3ckpt.generate_key()
+    url = str(tmp_path / "store")
+    with s3ckpt.open_store(url, key=key) as store:
+        commit_steps(store, "train", 3)
+        configure(monkeypatch, url, key, keep_last="1", commit_deadline_seconds="5", gc_grace_seconds="20")
+        with pytest.raises(s3ckpt.ConfigurationError, match="S3CKPT_GC_GRACE_SECONDS"):
+            invoke()
+        assert steps_of(store, "train") == [0, 1, 2], "nothing was pruned"
+
 # -- the moto server, with a kms: key --------------------------------------------------------------------
 
 
