@@ -6,7 +6,7 @@ the objects they need (a LangGraph thread's removed records and the writes objec
 checkpoints for the grace only: ``langgraph_gc``); then it deletes the listed packs that nothing
 marked and whose storage-clock age (``LastModified``, never this host's clock) exceeds the grace.
 A writer refuses to create a record later than ``commit_deadline`` after its commit began, and the
-grace exceeds that deadline, so a record the mark missed (created after it) never names a pack old
+grace is at least twice that deadline, so a record the mark missed (created after it) never names a pack old
 enough to be deleted. A record it cannot read stops the collector before anything is deleted: an
 unreadable record may need any pack.
 """

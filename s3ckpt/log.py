@@ -831,7 +831,7 @@ def _check_document_prefix(prefix: Any) -> None:
 
 def check_deadline(store: Store, started: float, key: str) -> None:
     """Refuse to create a record that names new packs once the commit has run past the deadline:
-    the collector deletes unreferenced packs older than its grace, which exceeds the deadline, so a
+    the collector deletes unreferenced packs older than its grace, at least twice the deadline, so a
     record created before the deadline never names a pack the collector has deleted."""
     elapsed = time.monotonic() - started
     if elapsed > store.options.commit_deadline:

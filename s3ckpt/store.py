@@ -263,7 +263,7 @@ class Store:
         self, *, grace: timedelta = timedelta(hours=1), dry_run: bool = False, progress: Progress | None = None
     ) -> collector.GcReport:
         """Delete packs that no record needs and whose storage-clock age exceeds ``grace`` (which
-        must exceed the writers' ``commit_deadline``). Never a pack a committed record needs, even
+        must be at least twice the store's ``commit_deadline``). Never a pack a committed record needs, even
         against writers committing while it runs."""
         return collector.collect(
             self, grace=grace, dry_run=values.flag(dry_run, "dry_run"), progress=values.callback(progress, "progress")
